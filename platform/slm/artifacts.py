@@ -1,0 +1,114 @@
+"""Run directories, manifests and atomic writes.
+
+Every stage writes its outputs under a temporary name and renames them into place, then writes a
+``manifest.json`` whose ``complete`` flag is the last thing set. A stage whose manifest is complete
+and whose config hash matches is skipped; anything else is redone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "manifest.json"
+
+
+def _tmp_sibling(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{time.monotonic_ns()}")
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_sibling(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` (file or folder); rename it into place on success."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_sibling(path)
+    try:
+        yield tmp
+        if path.is_dir() and tmp.is_dir():
+            old = _tmp_sibling(path)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, path)
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp.exists():
+            tmp.unlink()
+
+
+def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_manifest(folder: str | Path) -> dict[str, Any] | None:
+    path = Path(folder) / MANIFEST
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); delete it to rebuild the stage") from err
+
+
+def write_manifest(folder: str | Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Write ``manifest`` with ``complete: true`` set last (the stage's commit point)."""
+    manifest = {k: v for k, v in manifest.items() if k != "complete"}
+    manifest["complete"] = True
+    atomic_write_json(Path(folder) / MANIFEST, manifest)
+    return manifest
+
+
+def is_complete(folder: str | Path, config_hash: str | None = None) -> bool:
+    manifest = read_manifest(folder)
+    if not manifest or not manifest.get("complete"):
+        return False
+    return config_hash is None or manifest.get("config_hash") == config_hash
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def make_tempdir(prefix: str = "slm-") -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix))

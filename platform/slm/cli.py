@@ -1,0 +1,111 @@
+"""The ``slm`` command: thin wrappers that parse, build a config and call one function.
+
+    slm run JOB.yaml [key=value ...]            run a job spec's stages (locally or under ray job submit)
+    slm config JOB.yaml [key=value ...]         print the resolved config
+    slm corpus fetch|build [key=value ...]      the bundled corpus
+    slm corpus import PATH (--generic | --domain NAME) [...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from slm.config import ConfigError, dump_yaml, load_job
+
+
+def _job(args) -> object:
+    return load_job(getattr(args, "job", None) or getattr(args, "config", None), args.overrides)
+
+
+def cmd_run(args) -> int:
+    from slm.pipeline import check_stages, run_job
+
+    cfg = _job(args)
+    check_stages(cfg)
+    run_job(cfg)
+    return 0
+
+
+def cmd_config(args) -> int:
+    print(dump_yaml(_job(args)), end="")
+    return 0
+
+
+def cmd_corpus_fetch(args) -> int:
+    from slm.corpus.build import fetch_all
+
+    fetch_all(_job(args).corpus)
+    return 0
+
+
+def cmd_corpus_build(args) -> int:
+    from slm.corpus.build import build
+
+    build(_job(args).corpus, force=args.force)
+    return 0
+
+
+def cmd_corpus_import(args) -> int:
+    from slm.corpus.importer import import_corpus
+    from slm.runtime import init_ray, shutdown_ray
+
+    cfg = _job(args)
+    init_ray(cfg.ray)
+    try:
+        record = import_corpus(args.path, cfg.corpus.dir, None if args.generic else args.domain,
+                               fmt=args.format, text_column=args.text_column, source=args.source,
+                               valid_fraction=cfg.corpus.valid_fraction, replace=args.replace)
+    finally:
+        shutdown_ray()
+    print(json.dumps(record, indent=2))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="slm", description="Small specialized language models under budgets, on Ray.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def with_overrides(sp, job_positional: bool):
+        if job_positional:
+            sp.add_argument("job", help="a job spec, e.g. jobs/quickstart.yaml")
+        else:
+            sp.add_argument("--config", help="a job spec whose sections to use (default: built-in defaults)")
+        sp.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. corpus.dir=/data/c")
+        return sp
+
+    with_overrides(sub.add_parser("run", help="run a job spec's stages"), True).set_defaults(fn=cmd_run)
+    with_overrides(sub.add_parser("config", help="print the resolved config"), True).set_defaults(fn=cmd_config)
+
+    corpus = sub.add_parser("corpus", help="fetch, build or import a corpus").add_subparsers(dest="action", required=True)
+    with_overrides(corpus.add_parser("fetch", help="download the bundled sources into corpus.cache_dir"),
+                   False).set_defaults(fn=cmd_corpus_fetch)
+    b = with_overrides(corpus.add_parser("build", help="extract the bundled corpus into corpus.dir"), False)
+    b.add_argument("--force", action="store_true", help="rebuild even if complete and current")
+    b.set_defaults(fn=cmd_corpus_build)
+    imp = corpus.add_parser("import", help="import your own corpus as generic or as a domain")
+    imp.add_argument("path", help="JSONL, Parquet, or a folder of text files (local, glob or s3://)")
+    role = imp.add_mutually_exclusive_group(required=True)
+    role.add_argument("--generic", action="store_true", help="import as the generic corpus")
+    role.add_argument("--domain", help="import as this specialist domain (train/valid split by hash)")
+    imp.add_argument("--format", choices=["jsonl", "parquet", "text"], help="default: from the path")
+    imp.add_argument("--text-column", default="text")
+    imp.add_argument("--source", help="the value of the source column (default: the file or folder name)")
+    imp.add_argument("--replace", action="store_true", help="overwrite an existing generic corpus or domain")
+    with_overrides(imp, False)
+    imp.set_defaults(fn=cmd_corpus_import)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except ConfigError as err:
+        print(f"slm: config error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""Nested dataclass configs: YAML files plus ``a.b=c`` overrides, strict keys and types.
+
+Every concern owns a dataclass; a job spec is a YAML mapping over :class:`JobConfig`. Loading is strict
+in the lingua/torchtitan way: an unknown key or a value of the wrong type fails with the full key path
+and what was allowed, before anything runs. The resolved config is written next to the outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+BUNDLED_DOMAINS = ["code", "legal", "medical", "math", "techdocs", "literature"]
+
+
+class ConfigError(ValueError):
+    """A config file, override or value that does not fit the schema."""
+
+
+# --------------------------------------------------------------------------------------------- schema
+
+
+@dataclass
+class RunConfig:
+    """Where one experiment's outputs live: ``<root>/<name>/``."""
+
+    name: str = "default"
+    root: str = "runs"
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.root).expanduser() / self.name
+
+
+@dataclass
+class RayConfig:
+    """How to reach Ray. No address (and no RAY_ADDRESS) starts an embedded local Ray."""
+
+    address: str | None = None
+    num_cpus: int | None = None  # embedded Ray only; None = all CPUs
+    include_dashboard: bool = True
+    dashboard_host: str = "127.0.0.1"
+    dashboard_port: int = 8265
+
+
+@dataclass
+class CorpusConfig:
+    """The corpus on disk: the bundled sources (fetched to ``cache_dir``) or a user's import."""
+
+    dir: str = "data/corpus"
+    cache_dir: str = "~/.cache/slm/sources"
+    domains: list[str] = field(default_factory=lambda: list(BUNDLED_DOMAINS))
+    # Share of generic documents that may come from GCIDE + WordNet (the dictionaries are ~75% of
+    # the generic bytes; uncapped, the generic mix would be a dictionary).
+    dictionary_cap: float = 0.5
+    # Dictionary-like sources (entries of a few dozen characters) are grouped into pages of about this
+    # many characters, so that a document is a page, not a headword.
+    page_chars: int = 4000
+    # Longer documents are split at paragraph boundaries into pieces of at most this many characters.
+    max_doc_chars: int = 8000
+    # Fraction of each specialist domain held out as its valid split, chosen by document hash.
+    valid_fraction: float = 0.05
+    shard_docs: int = 4096
+    workers: int = 2  # processes that extract sources in parallel
+
+
+@dataclass
+class StatsConfig:
+    """The corpus statistics job: per-source document and token counts on Ray Data."""
+
+    # "embedder" counts WordPiece tokens of the shipped all-MiniLM-L6-v2 tokenizer; any other value
+    # is a path to a `tokenizers` JSON file (e.g. the BPE trained by `slm data tokenizer`).
+    tokenizer: str = "embedder"
+    batch_size: int = 256
+    output: str = "stats"  # folder under the run directory
+
+
+@dataclass
+class JobConfig:
+    """A job spec: the stages to run, in order, and every section they read."""
+
+    stages: list[str] = field(default_factory=lambda: ["corpus", "stats"])
+    run: RunConfig = field(default_factory=RunConfig)
+    ray: RayConfig = field(default_factory=RayConfig)
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    stats: StatsConfig = field(default_factory=StatsConfig)
+
+
+# ----------------------------------------------------------------------------------------- loading
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _coerce(tp: Any, value: Any, key: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; return it (ints widen to floats)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(option, value, key)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(f"config key '{key}': expected {_type_name(tp)}, got {value!r}")
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"config key '{key}': {value!r} is not one of {list(allowed)}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"config key '{key}': expected a list, got {value!r}")
+        (item_tp,) = typing.get_args(tp)
+        return [_coerce(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{key}': expected a mapping, got {value!r}")
+        key_tp, val_tp = typing.get_args(tp)
+        return {_coerce(key_tp, k, key): _coerce(val_tp, v, f"{key}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, prefix=f"{key}.")
+    if tp is Any:
+        return value
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is bool and not isinstance(value, bool):
+        raise ConfigError(f"config key '{key}': expected true or false, got {value!r}")
+    if tp is int and isinstance(value, bool):
+        raise ConfigError(f"config key '{key}': expected int, got {value!r}")
+    if isinstance(tp, type) and not isinstance(value, tp):
+        raise ConfigError(f"config key '{key}': expected {_type_name(tp)}, got {value!r}")
+    return value
+
+
+def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
+    """Build dataclass ``cls`` from a mapping, failing on unknown keys and wrong types."""
+    where = prefix.rstrip(".") or "<root>"
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config key '{where}': expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in names:
+            raise ConfigError(f"unknown config key '{prefix}{key}'; allowed keys under '{where}': {names}")
+    kwargs = {name: _coerce(hints[name], data[name], f"{prefix}{name}") for name in names if name in data}
+    obj = cls(**kwargs)
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        validate(prefix)
+    return obj
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    return dataclasses.asdict(obj)
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``a.b=c`` → (["a", "b"], c), the value parsed as YAML (so 3 is an int, [a, b] a list)."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} is not of the form key.path=value")
+    key, raw = text.split("=", 1)
+    path = key.strip().split(".")
+    if not all(path):
+        raise ConfigError(f"override {text!r} has an empty key segment")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as err:
+        raise ConfigError(f"override {text!r}: value is not valid YAML ({err})") from err
+    return path, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    data = json.loads(json.dumps(data))  # a deep copy that stays plain YAML types
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for i, part in enumerate(path[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {text!r}: '{'.'.join(path[: i + 1])}' is not a section")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError as err:
+        raise ConfigError(f"config file {path} does not exist") from err
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {path} is not valid YAML: {err}") from err
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a mapping at the top level")
+    return data
+
+
+def load(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
+    """Load ``cls`` from an optional YAML file plus overrides; errors name the file and key."""
+    data = read_yaml(path) if path is not None else {}
+    data = apply_overrides(data, overrides or [])
+    try:
+        return from_dict(cls, data)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}" if path is not None else str(err)) from err
+
+
+def load_job(path: str | Path | None = None, overrides: list[str] | None = None) -> JobConfig:
+    return load(JobConfig, path, overrides)
+
+
+def dump_yaml(obj: Any) -> str:
+    data = to_dict(obj) if dataclasses.is_dataclass(obj) else obj
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def config_hash(obj: Any) -> str:
+    """A stable hash of a config (section): what a stage's manifest is keyed on."""
+    data = to_dict(obj) if dataclasses.is_dataclass(obj) else obj
+    blob = json.dumps(data, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

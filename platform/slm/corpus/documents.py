@@ -1,0 +1,112 @@
+"""Documents: decoding with accounting, stable ids, splitting long texts, grouping short entries."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+REPLACEMENT = "\ufffd"
+_BLANK_LINES = re.compile(r"\n\s*\n")
+_TRAILING_SPACE = re.compile(r"[ \t]+\n")
+
+
+@dataclass
+class SourceCounts:
+    """What happened to one source's raw records on their way to documents."""
+
+    records: int = 0
+    documents: int = 0
+    chars: int = 0
+    utf8_bytes: int = 0
+    empty_dropped: int = 0
+    decode_errors: int = 0  # records with bytes that were not valid UTF-8 (decoded with U+FFFD)
+    replaced_chars: int = 0
+    split_pieces: int = 0  # extra documents made by splitting long ones
+    extra: dict = field(default_factory=dict)
+
+
+def decode(raw: bytes | str, encoding: str = "utf-8", *, counts: SourceCounts) -> str:
+    """Decode ``raw`` with replacement, counting the records and characters that needed it."""
+    if isinstance(raw, str):
+        return raw
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError:
+        text = raw.decode(encoding, errors="replace")
+        counts.decode_errors += 1
+        counts.replaced_chars += text.count(REPLACEMENT) - raw.count(REPLACEMENT.encode())
+        return text
+
+
+def normalize(text: str) -> str:
+    """Unix newlines, no trailing spaces, at most one blank line in a row, stripped ends."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
+    text = _TRAILING_SPACE.sub("\n", text)
+    text = _BLANK_LINES.sub("\n\n", text)
+    return text.strip()
+
+
+def doc_id(text: str) -> str:
+    """A stable content hash: the same text gets the same id in every build and on every machine."""
+    return hashlib.blake2b(text.encode("utf-8", errors="surrogatepass"), digest_size=8).hexdigest()
+
+
+def in_valid_split(doc_id_: str, fraction: float) -> bool:
+    """Whether a document belongs to the valid split: its hash as a fraction of 2**64, so the
+    split is fixed by the text alone, the same in every build, import and machine."""
+    return int(doc_id_, 16) / 2**64 < fraction
+
+
+def split_long(text: str, max_chars: int) -> list[str]:
+    """Split at paragraph (then line, then hard) boundaries into pieces of at most ``max_chars``."""
+    if len(text) <= max_chars:
+        return [text]
+    pieces: list[str] = []
+    current = ""
+    for para in _paragraph_units(text, max_chars):
+        if current and len(current) + 2 + len(para) > max_chars:
+            pieces.append(current)
+            current = para
+        else:
+            current = f"{current}\n\n{para}" if current else para
+    if current:
+        pieces.append(current)
+    return [p.strip() for p in pieces if p.strip()]
+
+
+def _paragraph_units(text: str, max_chars: int) -> Iterator[str]:
+    for para in text.split("\n\n"):
+        if len(para) <= max_chars:
+            yield para
+            continue
+        line_buf = ""
+        for line in para.split("\n"):
+            while len(line) > max_chars:  # a single giant line: cut it hard
+                if line_buf:
+                    yield line_buf
+                    line_buf = ""
+                yield line[:max_chars]
+                line = line[max_chars:]
+            if line_buf and len(line_buf) + 1 + len(line) > max_chars:
+                yield line_buf
+                line_buf = line
+            else:
+                line_buf = f"{line_buf}\n{line}" if line_buf else line
+        if line_buf:
+            yield line_buf
+
+
+def group_pages(entries: Iterable[str], page_chars: int) -> Iterator[str]:
+    """Join consecutive short entries (dictionary headwords, ontology terms) into pages."""
+    page: list[str] = []
+    size = 0
+    for entry in entries:
+        page.append(entry)
+        size += len(entry) + 2
+        if size >= page_chars:
+            yield "\n\n".join(page)
+            page, size = [], 0
+    if page:
+        yield "\n\n".join(page)

@@ -1,0 +1,1 @@
+"""Ray Data stages: statistics, embedding, clustering, resampling, tokenization and packing."""
