@@ -35,7 +35,7 @@ from slm.corpus import documents
 from slm.corpus.packages import Archive, cached, fetch
 from slm.corpus.sources import BY_NAME, Source, select, stdlib_code
 
-BUILDER_VERSION = 1  # bump when extraction or assembly changes what a build produces
+BUILDER_VERSION = 2  # bump when extraction or assembly changes what a build produces
 SCHEMA = pa.schema(
     [("id", pa.string()), ("text", pa.string()), ("source", pa.string()), ("domain", pa.string()),
      ("n_chars", pa.int64())]
@@ -88,7 +88,7 @@ def extract_source(name: str, cfg: CorpusConfig, staging: Path) -> dict:
     key = _staging_key(source, cfg, [record for _, _, record in opened])
     path = staging / f"{name}-{key}.parquet"
     if path.exists():
-        return json.loads(pq.read_schema(path).metadata[b"slm.counts"])
+        return {**json.loads(pq.read_schema(path).metadata[b"slm.counts"]), "staged": path.name}
 
     started = time.perf_counter()
     counts = documents.SourceCounts()
@@ -136,7 +136,7 @@ def extract_source(name: str, cfg: CorpusConfig, staging: Path) -> dict:
     ).replace_schema_metadata({"slm.counts": json.dumps(info)})
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
-    return info
+    return {**info, "staged": path.name}
 
 
 # ---------------------------------------------------------------------------------------- assemble
@@ -169,11 +169,7 @@ def _summary(rows: list[dict]) -> dict:
 
 def assemble(cfg: CorpusConfig, staged: dict[str, dict], staging: Path, out: Path) -> dict:
     """Dedupe, cap the dictionaries, split the domains and write shards into ``out``."""
-    tables = {}
-    for name in staged:
-        (path,) = [p for p in staging.glob(f"{name}-*.parquet")
-                   if json.loads(pq.read_schema(p).metadata[b"slm.counts"]) == staged[name]]
-        tables[name] = pq.read_table(path).to_pylist()
+    tables = {name: pq.read_table(staging / info["staged"]).to_pylist() for name, info in staged.items()}
 
     seen: set[str] = set()
     duplicates: dict[str, int] = {}
@@ -291,12 +287,10 @@ def build(cfg: CorpusConfig, force: bool = False) -> dict:
             if (out / part).exists():
                 shutil.rmtree(out / part)
             os.replace(tmp / part, out / part)
-    # Drop staged files of older keys (they are resume points of a different build).
-    keep = {f"{name}-" for name in staged}
-    current = {p.name for name in staged for p in staging.glob(f"{name}-*.parquet")
-               if json.loads(pq.read_schema(p).metadata[b"slm.counts"]) == staged[name]}
+    # Drop staged files of other keys: resume points of a build that is no longer wanted.
+    current = {info["staged"] for info in staged.values()}
     for p in staging.glob("*.parquet"):
-        if p.name not in current and any(p.name.startswith(k) for k in keep):
+        if p.name not in current:
             p.unlink()
 
     manifest = {

@@ -103,8 +103,8 @@ def group_pages(entries: Iterable[str], page_chars: int) -> Iterator[str]:
     page: list[str] = []
     size = 0
     for entry in entries:
+        size += len(entry) + (2 if page else 0)  # the "\n\n" separators sit between entries only
         page.append(entry)
-        size += len(entry) + 2
         if size >= page_chars:
             yield "\n\n".join(page)
             page, size = [], 0

@@ -140,11 +140,12 @@ def import_corpus(
                                     batch_format="pyarrow")
         with atomic_path(target) as tmp:
             part.select_columns(columns).write_parquet(str(tmp))
+            written = sorted(tmp.glob("*.parquet")) if tmp.is_dir() else []
+            if not sum(pq.read_metadata(f).num_rows for f in written):
+                raise ImportError_(f"{path}: the {split} split of domain {role!r} would be empty "
+                                   f"(valid_fraction={valid_fraction}); import more documents")
         files = sorted(target.glob("*.parquet"))
         docs = sum(pq.read_metadata(f).num_rows for f in files)
-        if docs == 0:
-            raise ImportError_(f"{path}: the {split} split of domain {role!r} is empty "
-                               f"(valid_fraction={valid_fraction}); import more documents")
         summary[split] = {"documents": docs, "files": [str(f.relative_to(corpus_dir)) for f in files],
                           "bytes": sum(os.path.getsize(f) for f in files)}
     record = {"path": path, "format": fmt, "text_column": text_column, "source": source, "role": role,

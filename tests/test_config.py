@@ -1,0 +1,89 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slm.config import ConfigError, JobConfig, apply_overrides, config_hash, dump_yaml, from_dict, load_job
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_defaults_and_overrides_typed():
+    cfg = load_job(None, ["corpus.valid_fraction=0.1", "ray.num_cpus=2", "stages=[stats]",
+                          "corpus.domains=[code, legal]", "run.name=x"])
+    assert cfg.corpus.valid_fraction == 0.1 and isinstance(cfg.corpus.valid_fraction, float)
+    assert cfg.ray.num_cpus == 2 and cfg.stages == ["stats"] and cfg.corpus.domains == ["code", "legal"]
+    assert cfg.run.dir == Path("runs/x")
+
+
+def test_int_widens_to_float_but_not_the_reverse():
+    assert load_job(None, ["corpus.valid_fraction=1"]).corpus.valid_fraction == 1.0
+    with pytest.raises(ConfigError, match=r"'corpus.shard_docs': expected int, got 1.5"):
+        load_job(None, ["corpus.shard_docs=1.5"])
+
+
+def test_unknown_key_names_full_path_and_allowed_keys(tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text("corpus:\n  dirr: x\n")
+    with pytest.raises(ConfigError) as err:
+        load_job(spec)
+    msg = str(err.value)
+    assert str(spec) in msg and "'corpus.dirr'" in msg and "'dir'" in msg and "'cache_dir'" in msg
+
+
+def test_unknown_top_level_section_and_override():
+    with pytest.raises(ConfigError, match=r"unknown config key 'nope'"):
+        load_job(None, ["nope.x=1"])
+    with pytest.raises(ConfigError, match=r"unknown config key 'ray.adress'"):
+        load_job(None, ["ray.adress=auto"])
+
+
+def test_wrong_types_fail_with_key():
+    with pytest.raises(ConfigError, match=r"'ray.include_dashboard': expected true or false"):
+        load_job(None, ["ray.include_dashboard=maybe"])
+    with pytest.raises(ConfigError, match=r"'corpus.domains\[1\]': expected str"):
+        load_job(None, ["corpus.domains=[code, 3]"])
+    with pytest.raises(ConfigError, match=r"'corpus': expected a mapping"):
+        load_job(None, ["corpus=7"])
+    with pytest.raises(ConfigError, match=r"not of the form"):
+        load_job(None, ["corpus.dir"])
+
+
+def test_optional_fields_accept_null():
+    assert load_job(None, ["ray.address=null"]).ray.address is None
+    assert load_job(None, ["ray.address=auto"]).ray.address == "auto"
+
+
+def test_resolved_config_round_trips_and_hash_is_stable():
+    cfg = load_job(REPO / "jobs" / "quickstart.yaml", ["corpus.shard_docs=100"])
+    data = yaml.safe_load(dump_yaml(cfg))
+    assert from_dict(JobConfig, data) == cfg
+    assert config_hash(cfg) == config_hash(from_dict(JobConfig, data))
+    assert config_hash(cfg.corpus) != config_hash(load_job(None).corpus)
+
+
+def test_apply_overrides_does_not_mutate_and_refuses_scalar_parent():
+    base = {"corpus": {"dir": "a"}, "stages": ["x"]}
+    out = apply_overrides(base, ["corpus.dir=b"])
+    assert base["corpus"]["dir"] == "a" and out["corpus"]["dir"] == "b"
+    with pytest.raises(ConfigError, match="is not a section"):
+        apply_overrides(base, ["stages.x=1"])
+
+
+@pytest.mark.parametrize("spec", sorted((REPO / "jobs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_job_spec_loads(spec):
+    from slm.pipeline import check_stages
+
+    check_stages(load_job(spec))
+
+
+def test_unknown_stage_fails_before_running(slm_cli, tmp_path):
+    proc = slm_cli("run", "jobs/quickstart.yaml", "stages=[corpus, embedd]", f"run.root={tmp_path}", check=False)
+    assert proc.returncode == 2
+    assert "unknown stage(s) ['embedd']" in proc.stderr
+    assert not (tmp_path / "quickstart").exists()
+
+
+def test_cli_config_prints_resolved_yaml(slm_cli):
+    out = slm_cli("config", "jobs/quickstart.yaml", "corpus.valid_fraction=0.2").stdout
+    assert yaml.safe_load(out)["corpus"]["valid_fraction"] == 0.2

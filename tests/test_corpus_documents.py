@@ -1,0 +1,62 @@
+"""Document helpers: decoding with accounting, ids, splitting, pages."""
+
+import functools
+
+from slm.corpus import documents
+from slm.corpus.sources.brown import detokenize
+from slm.corpus.sources.dictd import b64_number
+from slm.corpus.sources.gutenberg import strip_gutenberg
+from slm.corpus.sources.legal import strip_front_matter
+
+
+def test_decode_counts_bad_bytes_and_keeps_the_rest():
+    counts = documents.SourceCounts()
+    decode = functools.partial(documents.decode, counts=counts)
+    assert decode(b"caf\xc3\xa9") == "café"
+    assert counts.decode_errors == 0
+    text = decode(b"ab\xffcd\xfe")
+    assert text == "ab\ufffdcd\ufffd" and counts.decode_errors == 1 and counts.replaced_chars == 2
+    assert decode(b"\xe9t\xe9", "latin-1") == "été" and counts.decode_errors == 1
+
+
+def test_doc_id_is_a_stable_content_hash():
+    assert documents.doc_id("hello") == documents.doc_id("hello")
+    assert documents.doc_id("hello") != documents.doc_id("hello ")
+    assert len(documents.doc_id("x")) == 16 and int(documents.doc_id("x"), 16) >= 0
+
+
+def test_normalize():
+    assert documents.normalize("\r\n a  \r\n\n\n\nb\t\n\x00") == "a\n\nb"
+    assert documents.normalize(" \n\t ") == ""
+
+
+def test_split_long_respects_limit_and_loses_no_words():
+    paras = [("word " * n).strip() for n in (10, 300, 5, 2000, 40)]
+    text = "\n\n".join(paras) + "\n\n" + "x" * 5000
+    pieces = documents.split_long(text, 1000)
+    assert all(len(p) <= 1000 for p in pieces)
+    assert "".join(pieces).replace("\n", "").replace(" ", "") == text.replace("\n", "").replace(" ", "")
+    assert documents.split_long("short", 1000) == ["short"]
+
+
+def test_group_pages():
+    entries = [f"entry {i} " + "z" * 90 for i in range(25)]
+    pages = list(documents.group_pages(entries, 500))
+    assert all(len(p) >= 500 for p in pages[:-1])
+    assert "\n\n".join(pages) == "\n\n".join(entries)
+
+
+def test_valid_split_is_fixed_by_hash():
+    ids = [documents.doc_id(str(i)) for i in range(20000)]
+    share = sum(documents.in_valid_split(i, 0.05) for i in ids) / len(ids)
+    assert 0.04 < share < 0.06
+    assert all(documents.in_valid_split(i, 0.05) == documents.in_valid_split(i, 0.05) for i in ids[:100])
+
+
+def test_source_parsers():
+    assert b64_number("A") == 0 and b64_number("BA") == 64 and b64_number("5I") == 57 * 64 + 8
+    tagged = "\n\n\tThe/at jury/nn said/vbd ``/`` no/at evidence/nn ''/'' ,/, today/nr ./.\n"
+    assert detokenize(tagged) == 'The jury said "no evidence", today.'
+    assert strip_front_matter("---\nkey: v\n---\n\nLicense text") == "\n\nLicense text"
+    gut = "Header\n*** START OF THE PROJECT GUTENBERG EBOOK X ***\nBody text\n*** END OF THE PROJECT GUTENBERG EBOOK"
+    assert strip_gutenberg(gut).strip() == "Body text"

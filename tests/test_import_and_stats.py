@@ -1,0 +1,75 @@
+"""`slm corpus import` and the stats job on a real local Ray, over real text."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from slm.corpus import documents
+from slm.corpus.importer import ImportError_, import_corpus
+from slm.data import tokenizers
+from slm.data.stats import corpus_stats
+
+pytestmark = pytest.mark.ray
+
+
+def test_import_counts_and_content(user_corpus):
+    out, records, legal, medical = user_corpus
+    generic = records["generic"]
+    assert generic["records"] == len(legal) + 2 and generic["empty"] == 2
+    table = pq.read_table(sorted((out / "generic").glob("*.parquet"))).to_pydict()
+    assert sorted(table["text"]) == sorted(documents.normalize(t) for t in legal)
+    assert all(i == documents.doc_id(t) for i, t in zip(table["id"], table["text"], strict=True))
+    assert set(table["domain"]) == {"generic"} and set(table["source"]) == {"generic.jsonl"}
+
+    med = records["med"]
+    assert med["splits"]["train"]["documents"] + med["splits"]["valid"]["documents"] == len(medical)
+    valid_ids = pq.read_table(sorted((out / "domains/med/valid").glob("*.parquet"))).column("id").to_pylist()
+    assert valid_ids and all(documents.in_valid_split(i, 0.2) for i in valid_ids)
+
+    notes = records["notes"]
+    assert notes["records"] == 42 and notes["empty"] == 1 and notes["decode_errors"] == 1
+    assert notes["replaced_chars"] == 3
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["complete"] and set(manifest["imports"]) == {"generic", "med", "notes"}
+
+
+def test_import_refuses_to_overwrite_and_names_bad_input(user_corpus, tmp_path):
+    out, *_ = user_corpus
+    with pytest.raises(ImportError_, match="already exists; pass --replace"):
+        import_corpus(str(out / "generic"), out)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"content": "a real sentence"}) + "\n")
+    with pytest.raises(Exception, match=r"bad.jsonl: no column 'text' \(columns: \['content'\]\)"):
+        import_corpus(str(bad), tmp_path / "c")
+    assert not (tmp_path / "c" / "generic").exists()
+    typed = tmp_path / "typed.jsonl"
+    typed.write_text(json.dumps({"text": 5}) + "\n")
+    with pytest.raises(Exception, match=r"typed.jsonl: a row's 'text' is int, not text"):
+        import_corpus(str(typed), tmp_path / "d")
+
+
+def test_stats_match_a_direct_count(user_corpus):
+    out, records, legal, medical = user_corpus
+    rows = corpus_stats(out)
+    by_key = {(r["domain"], r["split"], r["source"]): r for r in rows}
+    tok = tokenizers.load(tokenizers.EMBEDDER)
+    expected_tokens = sum(len(e.ids) for e in tok.encode_batch(
+        [documents.normalize(t) for t in legal], add_special_tokens=False))
+    generic = by_key[("generic", "all", "generic.jsonl")]
+    assert generic["documents"] == len(legal) and generic["tokens"] == expected_tokens
+    assert generic["chars"] == sum(len(documents.normalize(t)) for t in legal)
+    med = [r for k, r in by_key.items() if k[0] == "med"]
+    assert sum(r["documents"] for r in med) == len(medical)
+    assert {r["split"] for r in med} == {"train", "valid"}
+
+
+def test_import_with_an_empty_split_fails_and_writes_nothing(ray_local, tmp_path):
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"text": "A single real sentence about a patient's fever."}) + "\n")
+    with pytest.raises(ImportError_, match=r"split of domain 'tiny' would be empty"):
+        import_corpus(str(path), tmp_path / "c", "tiny", valid_fraction=0.5)
+    assert not list((tmp_path / "c").rglob("*.parquet"))
+    assert not (tmp_path / "c" / "manifest.json").exists()

@@ -1,0 +1,126 @@
+"""A real `ray start --head` on 127.0.0.1, a job submitted through the Jobs API with the token, then stopped.
+
+The head is started in its own process session with ``--block`` and stopped by signalling that
+session, never with `ray stop` (which would end every Ray on the host, another test's included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO
+
+pytestmark = pytest.mark.ray
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def head_node(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("head")
+    temp_dir = Path(f"/tmp/slm-head-{os.getpid()}")  # Ray's socket paths must stay short
+    port, dashboard_port = _free_port(), _free_port()
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    log = (tmp_path / "head.log").open("w")
+    proc = subprocess.Popen(
+        [str(Path(bin_dir) / "ray"), "start", "--head", "--block", f"--port={port}",
+         "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
+         "--num-cpus=2", f"--temp-dir={temp_dir}", "--disable-usage-stats",
+         # Free ports for the agents too: the defaults (52365, …) may belong to another local Ray.
+         f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
+         f"--metrics-export-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{dashboard_port}"
+    token = (Path.home() / ".ray" / "auth_token")
+    from ray.job_submission import JobSubmissionClient
+
+    client, deadline = None, time.time() + 120
+    while time.time() < deadline:
+        assert proc.poll() is None, (tmp_path / "head.log").read_text()
+        try:
+            headers = {"Authorization": f"Bearer {token.read_text().strip()}"} if token.exists() else None
+            client = JobSubmissionClient(url, headers=headers)
+            client.list_jobs()
+            break
+        except Exception:
+            client = None
+            time.sleep(1)
+    assert client is not None, "the head node's Jobs API never answered"
+    yield client, url
+    # Every process of this head (gcs, raylet, dashboard, workers) shares the launcher's process group.
+    os.killpg(proc.pid, signal.SIGTERM)
+    # A throwaway cluster: 15 s of grace, then SIGKILL whatever of the group is left.
+    deadline = time.time() + 15
+    while time.time() < deadline and _group_alive(proc.pid):
+        time.sleep(0.5)
+    if _group_alive(proc.pid):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=30)
+    log.close()
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_unauthenticated_requests_are_refused(head_node):
+    """Token auth stays on: the dashboard's HTTP API answers 401 to a request without the token."""
+    _, url = head_node
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(f"{url}/api/jobs/", timeout=30)
+    assert err.value.code == 401
+
+
+def test_submit_stats_job_to_a_head_node(head_node, user_corpus_dir, tmp_path):
+    client, _ = head_node
+    from ray.job_submission import JobStatus
+
+    runs = tmp_path / "runs"
+    entrypoint = f"slm run jobs/corpus_stats.yaml corpus.dir={user_corpus_dir} run.root={runs}"
+    deadline = time.time() + 120
+    while True:  # a fresh head answers before its job agent is up ("No available agent …")
+        try:
+            job_id = client.submit_job(entrypoint=entrypoint, runtime_env={"working_dir": str(REPO)})
+            break
+        except RuntimeError as err:
+            if "No available agent" not in str(err) or time.time() > deadline:
+                raise
+            time.sleep(2)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        status = client.get_job_status(job_id)
+        if status in {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}:
+            break
+        time.sleep(2)
+    logs = client.get_job_logs(job_id)
+    assert status == JobStatus.SUCCEEDED, logs
+    assert "connected to Ray at" in logs  # the driver joined the head's cluster, not a new local Ray
+    assert "generic.jsonl" in logs and "total" in logs
+    stats = json.loads((runs / "corpus-stats" / "stats" / "stats.json").read_text())
+    assert {r["domain"] for r in stats} == {"generic", "med", "notes"}
+    assert (runs / "corpus-stats" / "config.yaml").exists()
