@@ -1,0 +1,32 @@
+"""Documentation that must not drift from the code."""
+
+import dataclasses
+import typing
+from pathlib import Path
+
+from slm.config import JobConfig
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _keys(cls, prefix=""):
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            yield from _keys(hints[f.name], f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}"
+
+
+def test_every_config_key_is_documented():
+    text = (REPO / "docs" / "config.md").read_text()
+    missing = [k for k in _keys(JobConfig) if f"`{k}`" not in text]
+    assert not missing, f"docs/config.md lacks {missing}"
+
+
+def test_readme_test_command_is_what_ci_runs():
+    readme = (REPO / "README.md").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
+    command = ci.strip().splitlines()[-1]
+    assert command in readme
+    assert "slm run jobs/quickstart.yaml" in readme
