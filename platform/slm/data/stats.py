@@ -35,7 +35,7 @@ def corpus_stats(corpus_dir: str | Path, tokenizer: str = tokenizers.EMBEDDER, b
 
     files = corpus_files(corpus_dir)
     datasets = [
-        ray.data.read_parquet(paths, columns=["text", "source", "domain", "n_chars"])
+        ray.data.read_parquet(paths).select_columns(["text", "source", "domain", "n_chars"])
         .map_batches(lambda b, s=split: b.append_column("split", pa.array([s] * b.num_rows)),
                      batch_format="pyarrow")
         for split, paths in files.items()

@@ -1,0 +1,239 @@
+"""The dense GPT: a decoder-only transformer in the nanoGPT/nanochat style.
+
+RMSNorm (pre-norm), rotary position embeddings, causal scaled-dot-product attention, a GELU or SwiGLU
+MLP, tied input/output embeddings, no biases. Size is one dial (``GPTConfig.from_depth``) plus named
+presets. Every instantiated expert (SLM-mix, SLM-pn, Soup-of-Experts) is one of these, so fine-tuning,
+evaluation and serving never need to know where a model came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class ModelConfigError(ValueError):
+    """A model config that cannot build a model; the message names the field."""
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 8192
+    seq_len: int = 256
+    n_layer: int = 4
+    d_model: int = 256
+    n_head: int = 4
+    d_ff: int = 1024
+    mlp: Literal["gelu", "swiglu"] = "gelu"
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-6
+    init_std: float = 0.02
+
+    def validate(self, prefix: str = "") -> None:
+        for name in ("vocab_size", "seq_len", "n_layer", "d_model", "n_head", "d_ff"):
+            if getattr(self, name) <= 0:
+                raise ModelConfigError(f"{prefix}{name} must be positive, got {getattr(self, name)}")
+        if self.d_model % self.n_head:
+            raise ModelConfigError(
+                f"{prefix}d_model={self.d_model} is not divisible by {prefix}n_head={self.n_head}")
+        if (self.d_model // self.n_head) % 2:
+            raise ModelConfigError(f"{prefix}head dim {self.d_model // self.n_head} must be even for RoPE")
+        if self.mlp not in ("gelu", "swiglu"):
+            raise ModelConfigError(f"{prefix}mlp must be 'gelu' or 'swiglu', got {self.mlp!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    @classmethod
+    def from_depth(cls, depth: int, **overrides) -> GPTConfig:
+        """nanochat's single dial: width 64·depth, 64-dim heads, FFN 4× width."""
+        d_model = 64 * depth
+        fields = {"n_layer": depth, "d_model": d_model, "n_head": max(1, d_model // 64), "d_ff": 4 * d_model}
+        return cls(**{**fields, **overrides})
+
+
+PRESETS: dict[str, GPTConfig] = {
+    # Unit tests: a model that runs in milliseconds.
+    "tiny": GPTConfig(vocab_size=512, seq_len=64, n_layer=2, d_model=64, n_head=2, d_ff=256),
+    # CPU experiments: a small model and a ~4× larger one (stack-notes: ~830 and ~250 tokens/s here).
+    "cpu-small": GPTConfig(vocab_size=8192, seq_len=256, n_layer=4, d_model=256, n_head=4, d_ff=1024),
+    "cpu-large": GPTConfig(vocab_size=8192, seq_len=256, n_layer=6, d_model=512, n_head=8, d_ff=2048),
+    # The Plan-Early paper's shapes, for GPU clusters (vocabulary: ours, 32,768).
+    "slm-126m": GPTConfig(vocab_size=32768, seq_len=1024, n_layer=7, d_model=1024, n_head=8, d_ff=4096),
+    "llm-771m": GPTConfig(vocab_size=32768, seq_len=1024, n_layer=7, d_model=2816, n_head=22, d_ff=11264),
+}
+
+
+def preset(name: str, **overrides) -> GPTConfig:
+    if name not in PRESETS:
+        raise ModelConfigError(f"unknown model preset {name!r}; presets: {sorted(PRESETS)}")
+    cfg = dataclasses.replace(PRESETS[name], **overrides)
+    cfg.validate()
+    return cfg
+
+
+# ------------------------------------------------------------------------------------------ layers
+
+
+def rope_tables(seq_len: int, head_dim: int, base: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+    return angles.cos(), angles.sin()  # (T, head_dim/2) each
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate (B, H, T, D) by position; pairs are the two halves of D (the GPT-NeoX layout)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos[: x.shape[-2]].to(x.dtype), sin[: x.shape[-2]].to(x.dtype)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class MLP(nn.Module):
+    """GELU: proj(gelu(fc x)). SwiGLU: proj(silu(fc x) * gate x). The weights SLM-pn projects."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.kind = cfg.mlp
+        self.fc = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        if cfg.mlp == "swiglu":
+            self.gate = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "swiglu":
+            return self.proj(F.silu(self.fc(x)) * self.gate(x))
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.attn_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin):
+        x = x + self.attn(self.attn_norm(x), cos, sin)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+@dataclass
+class LMOutput:
+    """What the objectives need: logits (KD, SALT), the loss, per-token log-probs of the targets
+    (evaluation, SALT-DS scoring) and the top-k predictions (SALT-DS's "learnable" test)."""
+
+    logits: torch.Tensor
+    loss: torch.Tensor | None = None
+    token_logprobs: torch.Tensor | None = None
+    topk_indices: torch.Tensor | None = None
+
+
+def lm_output(logits: torch.Tensor, targets: torch.Tensor | None = None, topk: int = 0) -> LMOutput:
+    """Loss, per-token target log-probs and top-k from logits: the one place every model computes them."""
+    out = LMOutput(logits=logits)
+    if targets is not None:
+        logprobs = F.log_softmax(logits.float(), dim=-1)
+        out.token_logprobs = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        out.loss = -out.token_logprobs.mean()
+    if topk:
+        out.topk_indices = logits.topk(topk, dim=-1).indices
+    return out
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        cfg.validate()
+        self.config = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        cos, sin = rope_tables(cfg.seq_len, cfg.head_dim, cfg.rope_base)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        std = self.config.init_std
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                # Residual-branch outputs scaled by depth (GPT-2), the rest N(0, std²).
+                scale = 1 / math.sqrt(2 * self.config.n_layer) if name.endswith("proj.weight") else 1.0
+                nn.init.normal_(p, mean=0.0, std=std * scale)
+            else:
+                nn.init.ones_(p)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, topk: int = 0) -> LMOutput:
+        if idx.shape[1] > self.config.seq_len:
+            raise ValueError(f"sequence length {idx.shape[1]} exceeds the model's seq_len {self.config.seq_len}")
+        x = self.embed(idx)
+        for block in self.blocks:
+            x = block(x, self.rope_cos, self.rope_sin)
+        logits = F.linear(self.norm(x), self.embed.weight)  # tied output embedding
+        return lm_output(logits, targets, topk)
+
+    # -------------------------------------------------------------------------------- accounting
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def flops_per_token(self, training: bool = True) -> int:
+        """PaLM's count: 6N + 12·L·d·T to train (a third of it to infer), N = every matmul weight,
+        the tied output projection included."""
+        cfg = self.config
+        n_matmul = self.num_params() - sum(p.numel() for n, p in self.named_parameters() if "norm" in n)
+        forward = 2 * n_matmul + 4 * cfg.n_layer * cfg.d_model * cfg.seq_len
+        return 3 * forward if training else forward
+
+
+# ----------------------------------------------------------------------------------- checkpoints
+
+
+def save_dense(model: GPT, path: str | Path, metadata: dict | None = None) -> None:
+    """Safetensors (tied weights handled), the config in the header: never a pickle."""
+    from safetensors.torch import save_model
+
+    from slm.artifacts import atomic_path
+
+    meta = {"slm.model": "gpt", "slm.config": json.dumps(dataclasses.asdict(model.config))}
+    meta.update({f"slm.{k}": json.dumps(v) for k, v in (metadata or {}).items()})
+    with atomic_path(Path(path)) as tmp:
+        save_model(model, str(tmp), metadata=meta)
+
+
+def load_dense(path: str | Path, device: str = "cpu") -> GPT:
+    from safetensors import safe_open
+    from safetensors.torch import load_model
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+    if meta.get("slm.model") != "gpt":
+        raise ValueError(f"{path} is not a dense slm GPT checkpoint (metadata: {sorted(meta)})")
+    model = GPT(GPTConfig(**json.loads(meta["slm.config"])))
+    load_model(model, str(path), device=device)
+    return model
