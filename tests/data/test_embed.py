@@ -1,0 +1,134 @@
+"""The embed stage on a real local Ray with the real embedding model: windows, exactly-once, resume."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from slm.config import EmbedConfig
+from slm.corpus.layout import corpus_files
+from slm.data import tokenizers
+from slm.data.embed import WORK, embed_corpus, embedding_files, split_windows
+
+pytestmark = pytest.mark.ray
+
+
+def test_split_windows_keeps_every_character_and_word():
+    tok = tokenizers.load(tokenizers.EMBEDDER)
+    text = ("Tokenization of unquestionably extraordinary sentences " * 40).strip()
+    windows = split_windows(text, tok.encode(text, add_special_tokens=False), 30)
+    assert len(windows) > 5 and all(n <= 30 for _, n in windows)
+    assert "".join(w for w, _ in windows).replace(" ", "") == text.replace(" ", "")
+    for w, n in windows:  # no window starts inside a word
+        assert not tok.encode(w, add_special_tokens=False).tokens[0].startswith("##")
+        assert len(tok.encode(w, add_special_tokens=False).ids) == n
+    assert split_windows("", tok.encode("", add_special_tokens=False), 30) == []
+
+
+def _embedding_actor_pids() -> list[int]:
+    pids = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if "WindowEmbedder" in cmd:
+            pids.append(proc.pid)
+    return pids
+
+
+@pytest.fixture(scope="module")
+def embedded(user_corpus_dir, ray_local, tmp_path_factory):
+    """Embed the test corpus, SIGKILLing the embedding actor once its first batch is written."""
+    out = tmp_path_factory.mktemp("emb")
+    killed = []
+
+    def killer():
+        deadline = time.time() + 300
+        while time.time() < deadline and not killed:
+            if any((out / WORK).rglob("batch-*.parquet")):
+                for pid in _embedding_actor_pids():
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    manifest = embed_corpus(user_corpus_dir, EmbedConfig(batch_docs=32), out)
+    thread.join(timeout=1)
+    return out, manifest, killed
+
+
+def test_every_window_exactly_once_after_an_actor_kill(embedded, user_corpus_dir):
+    out, manifest, killed = embedded
+    assert killed, "the embedding actor was never killed: the test did not test a failure"
+    # The test corpus imports some of the same texts into two domains, so ids repeat across shards
+    # (as a user's imports may); within a shard, each window must appear exactly once.
+    per_shard = [pq.read_table(f).column("id").to_pylist() for f in embedding_files(out)]
+    assert all(len(ids) == len(set(ids)) for ids in per_shard)
+    assert sum(map(len, per_shard)) == manifest["windows"]
+    windows_of = collections.defaultdict(list)
+    for f in embedding_files(out):
+        t = pq.read_table(f, columns=["doc_id", "window", "n_windows"]).to_pydict()
+        for doc, w, n in zip(t["doc_id"], t["window"], t["n_windows"], strict=True):
+            windows_of[(f, doc)].append((w, n))
+    for key, ws in windows_of.items():
+        assert sorted(w for w, _ in ws) == list(range(ws[0][1])), key
+    table = pq.read_table(embedding_files(out)).to_pydict()
+    files = corpus_files(user_corpus_dir)
+    expected = set(pq.read_table(files["all"] + files["train"], columns=["id"]).column("id").to_pylist())
+    assert {doc for _, doc in windows_of} == expected  # generic and the domains' train splits, every document
+    assert max(table["n_tokens"]) <= 254
+    print("duplicate windows dropped after the kill:", manifest["embedded_this_run"]["duplicate_windows_dropped"])
+
+
+def test_embeddings_match_single_process_encode(embedded):
+    from sentence_transformers import SentenceTransformer
+
+    out, _, _ = embedded
+    table = pq.read_table(embedding_files(out)[0]).slice(0, 16).to_pydict()
+    model = SentenceTransformer(str(tokenizers.embedder_dir()), device="cpu")
+    reference = model.encode(table["text"], normalize_embeddings=True)
+    np.testing.assert_allclose(np.array(table["embedding"]), reference, atol=2e-5)
+
+
+def test_rerun_skips_finished_shards_and_resumes_a_partial_one(embedded, user_corpus_dir):
+    """Interrupt one shard half-way (its final file gone, half its documents in a working file)."""
+    out, manifest, _ = embedded
+    shard = max(manifest["shards"], key=lambda s: manifest["shards"][s]["documents"])
+    final = out / f"{shard}.parquet"
+    original = pq.read_table(final)
+    docs = sorted(set(original.column("doc_id").to_pylist()))
+    kept_docs = set(docs[: len(docs) // 2])
+    partial = original.filter(pa.array([d in kept_docs for d in original.column("doc_id").to_pylist()]))
+    work = out / WORK / shard
+    work.mkdir(parents=True)
+    pq.write_table(partial, work / "batch-interrupted.parquet")
+    final.unlink()
+    others = {p: p.stat().st_mtime_ns for p in map(Path, embedding_files(out))}
+
+    again = embed_corpus(user_corpus_dir, EmbedConfig(batch_docs=32), out)
+    assert again["embedded_this_run"]["windows"] == original.num_rows - partial.num_rows
+    assert all(p.stat().st_mtime_ns == t for p, t in others.items())  # finished shards were not redone
+    resumed = pq.read_table(final)
+    for column in ("id", "doc_id", "window", "n_windows", "text", "n_tokens"):  # the same rows, in order
+        assert resumed.column(column).equals(original.column(column)), column
+    # Vectors recomputed in other batches differ only by float32 padding noise.
+    np.testing.assert_allclose(np.array(resumed.column("embedding").to_pylist()),
+                               np.array(original.column("embedding").to_pylist()), atol=2e-5)
+    assert not work.exists()
+    assert embed_corpus(user_corpus_dir, EmbedConfig(batch_docs=32), out)["embedded_this_run"]["windows"] == 0
+
+
+def test_bad_split_names_fail_before_running():
+    from slm.config import ConfigError, load_job
+
+    with pytest.raises(ConfigError, match=r"'embed.splits': unknown split\(s\) \['generic'\]"):
+        load_job(None, ["embed.splits=[generic]"])
