@@ -108,3 +108,54 @@ def user_corpus(tmp_path_factory, corpus_dir, ray_local):
 @pytest.fixture(scope="session")
 def user_corpus_dir(user_corpus) -> Path:
     return user_corpus[0]
+
+
+@pytest.fixture(scope="session")
+def mini_corpus_dir(corpus_dir, ray_local, tmp_path_factory) -> Path:
+    """A small real corpus: generic documents from across the bundled generic split, and three domains."""
+    from slm.corpus.importer import import_corpus
+
+    root = tmp_path_factory.mktemp("mini")
+
+    def take(rel: str, n: int) -> list[str]:
+        texts = pq.read_table(sorted((corpus_dir / rel).glob("*.parquet")), columns=["text"]).column("text").to_pylist()
+        return texts[:: max(1, len(texts) // n)][:n]
+
+    pq.write_table(pa.table({"text": take("generic", 300)}), root / "generic.parquet")
+    import_corpus(str(root / "generic.parquet"), root / "corpus")
+    for domain in ("legal", "medical", "code"):
+        pq.write_table(pa.table({"text": take(f"domains/{domain}/train", 80)}), root / f"{domain}.parquet")
+        import_corpus(str(root / f"{domain}.parquet"), root / "corpus", domain, valid_fraction=0.15)
+    return root / "corpus"
+
+
+@pytest.fixture(scope="session")
+def embedded(mini_corpus_dir, ray_local, tmp_path_factory):
+    """The mini corpus embedded, with the embedding actor SIGKILLed once its first batch is written."""
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    from slm.config import EmbedConfig
+    from slm.data.embed import WORK, embed_corpus
+
+    out = tmp_path_factory.mktemp("emb")
+    killed = []
+
+    def killer():
+        deadline = time.time() + 300
+        while time.time() < deadline and not killed:
+            if any((out / WORK).rglob("batch-*.parquet")):
+                for proc in psutil.process_iter(["cmdline"]):
+                    if "WindowEmbedder" in " ".join(proc.info["cmdline"] or []):
+                        os.kill(proc.pid, signal.SIGKILL)
+                        killed.append(proc.pid)
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    manifest = embed_corpus(mini_corpus_dir, EmbedConfig(batch_docs=32), out)
+    thread.join(timeout=1)
+    return out, manifest, killed

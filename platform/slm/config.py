@@ -110,6 +110,39 @@ class EmbedConfig:
 
 
 @dataclass
+class ClusterConfig:
+    """k-means of the generic windows: flat (k) or coarse k × fine fine_k (fine_k = 0: flat)."""
+
+    k: int = 16
+    fine_k: int = 0
+    sample_size: int = 20000  # generic windows the k-means is fitted on
+    n_init: int = 3
+    seed: int = 0
+    titles: int = 5  # sample titles kept per coarse cluster
+    output: str = "clusters"  # folder under the run directory
+
+    def validate(self, prefix: str = "") -> None:
+        if self.k < 1:
+            raise ConfigError(f"config key '{prefix}k': must be at least 1, got {self.k}")
+        if self.fine_k < 0:
+            raise ConfigError(f"config key '{prefix}fine_k': must be 0 (flat) or more, got {self.fine_k}")
+
+
+@dataclass
+class HistogramConfig:
+    """Cluster histograms of the specialist domains over the leaves, and their smoothing."""
+
+    domains: list[str] = field(default_factory=list)  # empty: every domain in the assignments
+    # Additive smoothing: P(c|D) = (n_c + alpha) / (N + alpha·K), over the K leaves that hold generic windows.
+    alpha: float = 0.5
+    output: str = "histograms"
+
+    def validate(self, prefix: str = "") -> None:
+        if self.alpha < 0:
+            raise ConfigError(f"config key '{prefix}alpha': must be ≥ 0, got {self.alpha}")
+
+
+@dataclass
 class JobConfig:
     """A job spec: the stages to run, in order, and every section they read."""
 
@@ -119,6 +152,8 @@ class JobConfig:
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     stats: StatsConfig = field(default_factory=StatsConfig)
     embed: EmbedConfig = field(default_factory=EmbedConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    histogram: HistogramConfig = field(default_factory=HistogramConfig)
 
 
 # ----------------------------------------------------------------------------------------- loading

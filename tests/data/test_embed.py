@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import collections
-import os
-import signal
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -35,42 +30,11 @@ def test_split_windows_keeps_every_character_and_word():
     assert split_windows("", tok.encode("", add_special_tokens=False), 30) == []
 
 
-def _embedding_actor_pids() -> list[int]:
-    pids = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(proc.info["cmdline"] or [])
-        if "WindowEmbedder" in cmd:
-            pids.append(proc.pid)
-    return pids
-
-
-@pytest.fixture(scope="module")
-def embedded(user_corpus_dir, ray_local, tmp_path_factory):
-    """Embed the test corpus, SIGKILLing the embedding actor once its first batch is written."""
-    out = tmp_path_factory.mktemp("emb")
-    killed = []
-
-    def killer():
-        deadline = time.time() + 300
-        while time.time() < deadline and not killed:
-            if any((out / WORK).rglob("batch-*.parquet")):
-                for pid in _embedding_actor_pids():
-                    os.kill(pid, signal.SIGKILL)
-                    killed.append(pid)
-            time.sleep(0.2)
-
-    thread = threading.Thread(target=killer, daemon=True)
-    thread.start()
-    manifest = embed_corpus(user_corpus_dir, EmbedConfig(batch_docs=32), out)
-    thread.join(timeout=1)
-    return out, manifest, killed
-
-
-def test_every_window_exactly_once_after_an_actor_kill(embedded, user_corpus_dir):
+def test_every_window_exactly_once_after_an_actor_kill(embedded, mini_corpus_dir):
     out, manifest, killed = embedded
     assert killed, "the embedding actor was never killed: the test did not test a failure"
-    # The test corpus imports some of the same texts into two domains, so ids repeat across shards
-    # (as a user's imports may); within a shard, each window must appear exactly once.
+    # Ids could repeat across shards (a user may import one text into two domains); within a shard,
+    # each window must appear exactly once.
     per_shard = [pq.read_table(f).column("id").to_pylist() for f in embedding_files(out)]
     assert all(len(ids) == len(set(ids)) for ids in per_shard)
     assert sum(map(len, per_shard)) == manifest["windows"]
@@ -82,7 +46,7 @@ def test_every_window_exactly_once_after_an_actor_kill(embedded, user_corpus_dir
     for key, ws in windows_of.items():
         assert sorted(w for w, _ in ws) == list(range(ws[0][1])), key
     table = pq.read_table(embedding_files(out)).to_pydict()
-    files = corpus_files(user_corpus_dir)
+    files = corpus_files(mini_corpus_dir)
     expected = set(pq.read_table(files["all"] + files["train"], columns=["id"]).column("id").to_pylist())
     assert {doc for _, doc in windows_of} == expected  # generic and the domains' train splits, every document
     assert max(table["n_tokens"]) <= 254
@@ -99,7 +63,7 @@ def test_embeddings_match_single_process_encode(embedded):
     np.testing.assert_allclose(np.array(table["embedding"]), reference, atol=2e-5)
 
 
-def test_rerun_skips_finished_shards_and_resumes_a_partial_one(embedded, user_corpus_dir):
+def test_rerun_skips_finished_shards_and_resumes_a_partial_one(embedded, mini_corpus_dir):
     """Interrupt one shard half-way (its final file gone, half its documents in a working file)."""
     out, manifest, _ = embedded
     shard = max(manifest["shards"], key=lambda s: manifest["shards"][s]["documents"])
@@ -114,7 +78,7 @@ def test_rerun_skips_finished_shards_and_resumes_a_partial_one(embedded, user_co
     final.unlink()
     others = {p: p.stat().st_mtime_ns for p in map(Path, embedding_files(out))}
 
-    again = embed_corpus(user_corpus_dir, EmbedConfig(batch_docs=32), out)
+    again = embed_corpus(mini_corpus_dir, EmbedConfig(batch_docs=32), out)
     assert again["embedded_this_run"]["windows"] == original.num_rows - partial.num_rows
     assert all(p.stat().st_mtime_ns == t for p, t in others.items())  # finished shards were not redone
     resumed = pq.read_table(final)
@@ -124,7 +88,7 @@ def test_rerun_skips_finished_shards_and_resumes_a_partial_one(embedded, user_co
     np.testing.assert_allclose(np.array(resumed.column("embedding").to_pylist()),
                                np.array(original.column("embedding").to_pylist()), atol=2e-5)
     assert not work.exists()
-    assert embed_corpus(user_corpus_dir, EmbedConfig(batch_docs=32), out)["embedded_this_run"]["windows"] == 0
+    assert embed_corpus(mini_corpus_dir, EmbedConfig(batch_docs=32), out)["embedded_this_run"]["windows"] == 0
 
 
 def test_bad_split_names_fail_before_running():

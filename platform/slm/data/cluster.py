@@ -1,0 +1,166 @@
+"""`cluster`: k-means over the generic windows' embeddings, then every window assigned on Ray Data.
+
+Flat (``cluster.k``) or two-level (``cluster.k`` coarse × ``cluster.fine_k`` fine, e.g. 16 × 64): coarse
+clusters are the experts' domains (SLM-mix, SLM-pn, Soup-of-Experts), leaves the importance-sampling
+bins (SLM-is/CRISP). scikit-learn's KMeans is fitted on a sample of generic windows chosen by hashing
+their ids with the seed (deterministic, the same on every machine); assignment is a Ray Data
+``map_batches`` over every embedded window (generic and domains), so the driver never holds the corpus.
+
+Output (``<run dir>/clusters/``): ``centroids.npz`` (coarse k×d; fine k×fine_k×d), ``assignments/``
+(Parquet: window id, doc id, source, domain, text, n_tokens, coarse, leaf), ``clusters.json`` (sizes
+in windows and tokens, and a few sample titles per coarse cluster), ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from slm.artifacts import atomic_path, atomic_write_json, is_complete, write_manifest
+from slm.config import ClusterConfig, config_hash
+from slm.data.embed import EMBEDDING_DIM, embedding_files
+
+ASSIGNMENT_COLUMNS = ["id", "doc_id", "source", "domain", "text", "n_tokens"]
+
+
+def _in_sample(ids: list[str], fraction: float, seed: int) -> np.ndarray:
+    def u(i: str) -> float:
+        return int.from_bytes(hashlib.blake2b(f"{seed}:{i}".encode(), digest_size=8).digest(), "big") / 2**64
+    return np.array([u(i) < fraction for i in ids], dtype=bool)
+
+
+def _sample_batch(batch: pa.Table, fraction: float, seed: int) -> pa.Table:
+    keep = batch.filter(pc.equal(batch.column("domain"), "generic"))
+    return keep.filter(pa.array(_in_sample(keep.column("id").to_pylist(), fraction, seed)))
+
+
+def _embeddings(table: pa.Table, what: str) -> np.ndarray:
+    column = table.column("embedding").combine_chunks()
+    dim = column.type.list_size if pa.types.is_fixed_size_list(column.type) else None
+    if dim is None:
+        raise ValueError(f"{what}: the embedding column is not a fixed-size list")
+    return column.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim).astype(np.float32)
+
+
+def fit(embed_dir: str | Path, cfg: ClusterConfig) -> dict:
+    """Fit the coarse (and fine) k-means on a deterministic sample of generic windows."""
+    import ray.data
+    from sklearn.cluster import KMeans
+
+    files = embedding_files(embed_dir)
+    if not files:
+        raise FileNotFoundError(f"no embeddings under {embed_dir}: run the embed stage first")
+    ds = ray.data.read_parquet(files).select_columns(["id", "domain", "text", "embedding"])
+    total = ds.filter(lambda r: r["domain"] == "generic").count()
+    if total == 0:
+        raise ValueError(f"{embed_dir} holds no generic windows to cluster")
+    fraction = min(1.0, cfg.sample_size / total)
+    sample = ds.map_batches(_sample_batch, fn_kwargs={"fraction": fraction, "seed": cfg.seed},
+                            batch_format="pyarrow").to_arrow_refs()
+    sample = pa.concat_tables(ray.get(sample)) if sample else None
+    if sample is None or sample.num_rows < cfg.k:
+        raise ValueError(f"cluster.k={cfg.k} exceeds the {0 if sample is None else sample.num_rows} sampled windows")
+    order = np.argsort(np.array(sample.column("id").to_pylist()))  # sample order fixed by id, not by blocks
+    sample = sample.take(pa.array(order))
+    x = _embeddings(sample, "embeddings sample")
+    if x.shape[1] != EMBEDDING_DIM:
+        raise ValueError(f"embeddings in {embed_dir} have dimension {x.shape[1]}, expected {EMBEDDING_DIM}")
+    coarse = KMeans(cfg.k, n_init=cfg.n_init, random_state=cfg.seed).fit(x)
+    fine_centroids = None
+    if cfg.fine_k:
+        fine_centroids = np.zeros((cfg.k, cfg.fine_k, x.shape[1]), np.float32)
+        for c in range(cfg.k):
+            members = x[coarse.labels_ == c]
+            k2 = min(cfg.fine_k, len(members))
+            km = KMeans(k2, n_init=cfg.n_init, random_state=cfg.seed).fit(members)
+            fine_centroids[c, :k2] = km.cluster_centers_
+            # Fewer members than fine_k: the extra leaves repeat the last centroid and stay empty.
+            fine_centroids[c, k2:] = km.cluster_centers_[-1]
+    titles = {}
+    texts = sample.column("text").to_pylist()
+    for c in range(cfg.k):
+        idx = np.flatnonzero(coarse.labels_ == c)[: cfg.titles]
+        titles[str(c)] = [" ".join(texts[i].split())[:80] for i in idx]
+    return {"coarse": coarse.cluster_centers_.astype(np.float32), "fine": fine_centroids,
+            "sample_windows": int(sample.num_rows), "generic_windows": int(total), "titles": titles,
+            "inertia": float(coarse.inertia_)}
+
+
+class Assigner:
+    """Nearest coarse centroid, then nearest fine centroid inside it (squared Euclidean, as k-means)."""
+
+    def __init__(self, coarse: np.ndarray, fine: np.ndarray | None):
+        self.coarse, self.fine = coarse, fine
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        x = _embeddings(batch, "embedding batch")
+        if x.shape[1] != self.coarse.shape[1]:
+            raise ValueError(f"embedding dimension {x.shape[1]} does not match the centroids' "
+                             f"{self.coarse.shape[1]}: were these windows embedded with another model?")
+        coarse = _nearest(x, self.coarse)
+        leaf = coarse.copy()
+        if self.fine is not None:
+            fine_k = self.fine.shape[1]
+            leaf = np.empty_like(coarse)
+            for c in np.unique(coarse):
+                rows = coarse == c
+                leaf[rows] = c * fine_k + _nearest(x[rows], self.fine[c])
+        out = batch.select(ASSIGNMENT_COLUMNS)
+        return out.append_column("coarse", pa.array(coarse, pa.int32())).append_column("leaf", pa.array(leaf, pa.int32()))
+
+
+def _nearest(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    d = (x * x).sum(1, keepdims=True) - 2 * x @ centroids.T + (centroids * centroids).sum(1)
+    return d.argmin(1).astype(np.int32)
+
+
+def cluster(embed_dir: str | Path, cfg: ClusterConfig, out: str | Path) -> dict:
+    """Fit, assign every window and describe the clusters; skipped when complete and current."""
+    import ray.data
+    from ray.data.aggregate import Count, Sum
+
+    out = Path(out)
+    key = config_hash({"cfg": asdict(cfg), "embed": str(Path(embed_dir).resolve())})
+    if is_complete(out, key):
+        from slm.artifacts import read_manifest
+
+        print(f"[cluster] {out} is complete and current", flush=True)
+        return read_manifest(out)
+    started = time.perf_counter()
+    model = fit(embed_dir, cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    arrays = {"coarse": model["coarse"]} | ({"fine": model["fine"]} if model["fine"] is not None else {})
+    with atomic_path(out / "centroids.npz") as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+    ds = ray.data.read_parquet(embedding_files(embed_dir))
+    assigned = ds.map_batches(Assigner, fn_constructor_args=(model["coarse"], model["fine"]),
+                              batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.5)
+    with atomic_path(out / "assignments") as tmp:
+        assigned.write_parquet(str(tmp))
+    stats = ray.data.read_parquet(str(out / "assignments"))
+    sizes = (stats.groupby(["domain", "coarse", "leaf"])
+             .aggregate(Count(alias_name="windows"), Sum("n_tokens", alias_name="tokens")).take_all())
+    description = {"k": cfg.k, "fine_k": cfg.fine_k, "leaves": cfg.k * max(cfg.fine_k, 1),
+                   "titles": model["titles"],
+                   "sizes": sorted(({k: (int(v) if isinstance(v, np.integer) else v) for k, v in r.items()}
+                                    for r in sizes), key=lambda r: (r["domain"], r["leaf"]))}
+    atomic_write_json(out / "clusters.json", description)
+    manifest = write_manifest(out, {
+        "stage": "cluster", "config_hash": key, "config": asdict(cfg), "embed_dir": str(embed_dir),
+        "sample_windows": model["sample_windows"], "generic_windows": model["generic_windows"],
+        "inertia": model["inertia"], "seconds": round(time.perf_counter() - started, 1)})
+    print(f"[cluster] k={cfg.k}" + (f"×{cfg.fine_k}" if cfg.fine_k else "") +
+          f" fitted on {model['sample_windows']} windows; assignments in {out / 'assignments'}", flush=True)
+    return manifest
+
+
+def load_sizes(cluster_dir: str | Path) -> list[dict]:
+    import json
+
+    return json.loads((Path(cluster_dir) / "clusters.json").read_text())["sizes"]

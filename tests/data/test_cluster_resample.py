@@ -1,0 +1,142 @@
+"""cluster → histogram → resample on the embedded mini corpus (real Ray, real embeddings, real text),
+and our DSIR against the reference implementation (PyPI data-selection)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from slm.config import ClusterConfig
+from slm.data.cluster import Assigner, cluster
+from slm.data.histogram import domain_histograms
+from slm.data.resample import resample
+
+pytestmark = pytest.mark.ray
+
+CFG = ClusterConfig(k=6, fine_k=3, sample_size=1500, seed=7)
+
+
+@pytest.fixture(scope="module")
+def clusters(embedded, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "clusters"
+    return out, cluster(embedded[0], CFG, out)
+
+
+def test_assignments_cover_every_window_with_consistent_ids(clusters, embedded):
+    out, manifest = clusters
+    table = pq.read_table(out / "assignments").to_pydict()
+    assert len(table["id"]) == embedded[1]["windows"]
+    assert all(0 <= c < CFG.k for c in table["coarse"])
+    assert all(leaf // CFG.fine_k == c for leaf, c in zip(table["leaf"], table["coarse"], strict=True))
+    info = json.loads((out / "clusters.json").read_text())
+    assert info["leaves"] == CFG.k * CFG.fine_k
+    assert sum(r["windows"] for r in info["sizes"]) == len(table["id"])
+    assert all(len(t) >= 1 for t in info["titles"].values())
+    assert manifest["sample_windows"] <= CFG.sample_size
+
+
+def test_clustering_is_deterministic_under_a_seed(clusters, embedded, tmp_path):
+    out, _ = clusters
+    again = tmp_path / "clusters"
+    cluster(embedded[0], CFG, again)
+    a, b = np.load(out / "centroids.npz"), np.load(again / "centroids.npz")
+    np.testing.assert_array_equal(a["coarse"], b["coarse"])
+    np.testing.assert_array_equal(a["fine"], b["fine"])
+    assert cluster(embedded[0], CFG, again)["complete"]  # complete and current: skipped
+
+
+def test_wrong_embedding_dimension_is_a_clear_error(clusters):
+    out, _ = clusters
+    centroids = np.load(out / "centroids.npz")
+    batch = pa.table({"id": ["x"], "doc_id": ["x"], "source": ["s"], "domain": ["generic"], "text": ["t"],
+                      "n_tokens": [1], "embedding": pa.FixedSizeListArray.from_arrays(np.zeros(128, np.float32), 128)})
+    with pytest.raises(ValueError, match="embedding dimension 128 does not match the centroids' 384"):
+        Assigner(centroids["coarse"], centroids["fine"])(batch)
+
+
+def test_histograms_smoothing_and_errors(clusters):
+    out, _ = clusters
+    h = domain_histograms(out, alpha=0.5)
+    assert set(h["domains"]) == {"legal", "medical", "code"}
+    for d in h["domains"].values():
+        p = np.array(d["p"])
+        assert abs(p.sum() - 1) < 1e-9 and (p > 0).sum() == (np.array(h["generic"]["p"]) > 0).sum()
+        assert 0 < d["entropy"] <= np.log(h["leaves"]) + 1e-9
+    with pytest.raises(ValueError, match="domain 'poetry' has no windows"):
+        domain_histograms(out, 0.5, ["poetry"])
+
+
+def test_a_domain_whose_clusters_are_absent_from_generic_fails(clusters, tmp_path):
+    out, _ = clusters
+    info = json.loads((out / "clusters.json").read_text())
+    legal_leaves = {r["leaf"] for r in info["sizes"] if r["domain"] == "legal"}
+    info["sizes"] = [r for r in info["sizes"] if not (r["domain"] == "generic" and r["leaf"] in legal_leaves)]
+    (tmp_path / "clusters.json").write_text(json.dumps(info))
+    with pytest.raises(ValueError, match="all of its windows fall in leaves that hold no generic"):
+        domain_histograms(tmp_path, 0.5, ["legal"])
+
+
+@pytest.fixture(scope="module")
+def resampled(clusters, tmp_path_factory):
+    out, _ = clusters
+    h = domain_histograms(out, alpha=0.5)
+    root = tmp_path_factory.mktemp("resampled")
+    return {(d, m): resample(out, h, d, 30000, m, root / d / m)
+            for d in ("legal", "medical") for m in ("crisp", "uniform", "dsir")}, root
+
+
+def test_crisp_matches_the_domain_histogram_far_better_than_uniform(resampled):
+    results, _ = resampled
+    for domain in ("legal", "medical"):
+        crisp, uniform = results[(domain, "crisp")], results[(domain, "uniform")]
+        assert crisp["kl_resampled_to_domain"] < 0.5 * uniform["kl_resampled_to_domain"], domain
+        for m in ("crisp", "uniform", "dsir"):  # the budget is met within Poisson noise / one window
+            assert 0.6 * 30000 < results[(domain, m)]["tokens_drawn"] < 1.6 * 30000, (domain, m)
+
+
+def test_resampling_is_deterministic(resampled, clusters, tmp_path):
+    results, root = resampled
+    out, _ = clusters
+    again = resample(out, domain_histograms(out, 0.5), "legal", 30000, "crisp", tmp_path / "again")
+    assert again["windows_drawn"] == results[("legal", "crisp")]["windows_drawn"]
+    ids = lambda p: sorted(pq.read_table(p / "data", columns=["id", "copy"]).to_pylist(), key=str)  # noqa: E731
+    assert ids(tmp_path / "again") == ids(root / "legal" / "crisp")
+
+
+def test_bad_resample_requests(clusters):
+    out, _ = clusters
+    h = domain_histograms(out, 0.5)
+    with pytest.raises(ValueError, match="method must be one of"):
+        resample(out, h, "legal", 1000, "random", Path("/nonexistent"))
+    with pytest.raises(ValueError, match="no histogram for domain 'poetry'"):
+        resample(out, h, "poetry", 1000, "crisp", Path("/nonexistent"))
+
+
+def test_dsir_weights_equal_the_reference_implementation(mini_corpus_dir, tmp_path):
+    """Same features, same p_T and p_R: the same per-document log-importance weights as data-selection."""
+    from data_selection import HashedNgramDSIR
+
+    from slm.data import dsir
+
+    files = sorted((mini_corpus_dir / "generic").glob("*.parquet"))
+    raw = pq.read_table(files, columns=["text"]).column("text").to_pylist()[:120]
+    target_files = sorted((mini_corpus_dir / "domains" / "legal" / "train").glob("*.parquet"))
+    target = pq.read_table(target_files, columns=["text"]).column("text").to_pylist()[:40]
+    for name, texts in (("raw", raw), ("target", target)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    ref = HashedNgramDSIR([str(tmp_path / "raw.jsonl")], [str(tmp_path / "target.jsonl")],
+                          cache_dir=str(tmp_path / "cache"), num_proc=1, ngrams=2, num_buckets=10000)
+    ref.fit_importance_estimator(num_tokens_to_fit="all")
+    ref.compute_importance_weights()
+    ref_weights = np.load(tmp_path / "cache" / "log_importance_weights" / "0.npy")
+
+    p_t = sum(dsir.ngram_counts(t) for t in target)
+    p_r = sum(dsir.ngram_counts(t) for t in raw)
+    log_diff = np.log(p_t / p_t.sum() + dsir.EPS) - np.log(p_r / p_r.sum() + dsir.EPS)
+    np.testing.assert_allclose(log_diff, ref.log_diff, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(dsir.log_weights(raw, log_diff), ref_weights, rtol=1e-9, atol=1e-6)
