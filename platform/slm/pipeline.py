@@ -45,9 +45,101 @@ def stage_stats(cfg: JobConfig, run_dir: Path) -> dict:
     return {"rows": len(rows), "tokens": sum(r["tokens"] for r in rows), "stats": str(out / "stats.json")}
 
 
+def embed_dir(cfg: JobConfig) -> Path:
+    from slm.data.embed import default_output
+
+    return Path(cfg.embed.output or default_output(Path(cfg.corpus.dir).expanduser(), cfg.embed)).expanduser()
+
+
+def stage_embed(cfg: JobConfig, run_dir: Path) -> dict:
+    """Window and embed the corpus (generic + domain train splits) on a Ray Data actor pool."""
+    from slm.data.embed import embed_corpus
+    from slm.runtime import init_ray
+
+    init_ray(cfg.ray)
+    m = embed_corpus(cfg.corpus.dir, cfg.embed, embed_dir(cfg))
+    return {"output": str(embed_dir(cfg)), "documents": m["documents"], "windows": m["windows"]}
+
+
+def stage_cluster(cfg: JobConfig, run_dir: Path) -> dict:
+    """k-means of the generic windows; every window assigned to its coarse cluster and leaf."""
+    from slm.data.cluster import cluster
+    from slm.runtime import init_ray
+
+    init_ray(cfg.ray)
+    m = cluster(embed_dir(cfg), cfg.cluster, run_dir / cfg.cluster.output)
+    return {"output": str(run_dir / cfg.cluster.output), "sample_windows": m["sample_windows"]}
+
+
+def stage_histogram(cfg: JobConfig, run_dir: Path) -> dict:
+    """Each domain's smoothed cluster histogram, its entropy and its KL to generic."""
+    from slm.data.histogram import write_histograms
+
+    result = write_histograms(run_dir / cfg.cluster.output, cfg.histogram.alpha, run_dir / cfg.histogram.output,
+                              cfg.histogram.domains or None)
+    return {d: {"entropy": h["entropy"], "kl_to_generic": h["kl_to_generic"]} for d, h in result["domains"].items()}
+
+
+def stage_resample(cfg: JobConfig, run_dir: Path) -> dict:
+    """Generic subsets aimed at ``resample.domain``, one per method, with their KL to the domain."""
+    import json
+
+    from slm.data.resample import resample
+    from slm.runtime import init_ray
+
+    init_ray(cfg.ray)
+    histograms = json.loads((run_dir / cfg.histogram.output / "histograms.json").read_text())
+    out = {}
+    for method in cfg.resample.methods:
+        m = resample(run_dir / cfg.cluster.output, histograms, cfg.resample.domain, cfg.resample.tokens, method,
+                     run_dir / cfg.resample.output / cfg.resample.domain / method, cfg.resample.seed)
+        out[method] = {"tokens_drawn": m["tokens_drawn"], "kl_resampled_to_domain": m["kl_resampled_to_domain"]}
+    return out
+
+
+def stage_tokenizer(cfg: JobConfig, run_dir: Path) -> dict:
+    """Train the byte-level BPE on the generic corpus."""
+    from slm.data.bpe import train_bpe
+
+    out = run_dir / cfg.tokenizer.output
+    m = train_bpe(cfg.corpus.dir, out, cfg.tokenizer.vocab_size, cfg.tokenizer.max_chars or None)
+    return {"tokenizer": str(out / "tokenizer.json"), "vocab_size": m["vocab_size"]}
+
+
+def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
+    """Tokenize and pack the requested sets into sequences that keep their cluster ids."""
+    from slm.data.pack import pack
+    from slm.runtime import init_ray
+
+    init_ray(cfg.ray)
+    tokenizer = run_dir / cfg.tokenizer.output / "tokenizer.json"
+    assignments = run_dir / cfg.cluster.output / "assignments"
+    jobs = []
+    if "generic" in cfg.pack.sets:
+        jobs.append(("generic", assignments, "generic"))
+    if "domain" in cfg.pack.sets:
+        jobs.append((f"domain/{cfg.resample.domain}", assignments, cfg.resample.domain))
+    if "resampled" in cfg.pack.sets:
+        for method in cfg.resample.methods:
+            data = run_dir / cfg.resample.output / cfg.resample.domain / method / "data"
+            jobs.append((f"resampled/{cfg.resample.domain}/{method}", data, None))
+    out = {}
+    for name, source, domain in jobs:
+        m = pack(source, tokenizer, cfg.pack.seq_len, run_dir / cfg.pack.output / name, domain)
+        out[name] = {"sequences": m["sequences"], "tokens": m["tokens"]}
+        print(f"[pack] {name}: {m['sequences']} sequences of {cfg.pack.seq_len + 1} tokens", flush=True)
+    return out
+
+
 STAGES: dict[str, Stage] = {
     "corpus": stage_corpus,
     "stats": stage_stats,
+    "embed": stage_embed,
+    "cluster": stage_cluster,
+    "histogram": stage_histogram,
+    "resample": stage_resample,
+    "tokenizer": stage_tokenizer,
+    "pack": stage_pack,
 }
 
 

@@ -140,3 +140,55 @@ def test_dsir_weights_equal_the_reference_implementation(mini_corpus_dir, tmp_pa
     log_diff = np.log(p_t / p_t.sum() + dsir.EPS) - np.log(p_r / p_r.sum() + dsir.EPS)
     np.testing.assert_allclose(log_diff, ref.log_diff, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(dsir.log_weights(raw, log_diff), ref_weights, rtol=1e-9, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def bpe(mini_corpus_dir, tmp_path_factory):
+    from slm.data.bpe import train_bpe
+
+    out = tmp_path_factory.mktemp("tok")
+    return out, train_bpe(mini_corpus_dir, out, vocab_size=1024)
+
+
+def test_bpe_tokenizer(bpe):
+    from tokenizers import Tokenizer
+
+    out, manifest = bpe
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    assert tok.get_vocab_size() == manifest["vocab_size"] == 1024
+    assert tok.token_to_id("<|endoftext|>") == 0
+    text = "Licensee shall not sublicense the Software; naïve café ≠ 42."
+    assert tok.decode(tok.encode(text).ids) == text  # byte-level: every string round-trips
+    assert len(tok.encode(text).ids) < len(text.encode())  # and it compresses
+
+
+def test_pack_conserves_tokens_and_keeps_cluster_ids(bpe, resampled, tmp_path):
+    import ray.data
+    from tokenizers import Tokenizer
+
+    from slm.data.pack import pack, torch_batch
+
+    tok_dir, _ = bpe
+    _, root = resampled
+    source = root / "legal" / "crisp" / "data"
+    seq_len = 64
+    manifest = pack(source, tok_dir / "tokenizer.json", seq_len, tmp_path / "packed")
+    table = pq.read_table(tmp_path / "packed" / "data")
+    assert table.column("tokens").type == pa.list_(pa.uint16(), seq_len + 1)
+    assert table.num_rows == manifest["sequences"] > 0
+    windows = pq.read_table(source, columns=["text", "leaf", "domain"])
+    tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
+    per_leaf = {}
+    for text, leaf in zip(windows.column("text").to_pylist(), windows.column("leaf").to_pylist(), strict=True):
+        per_leaf[leaf] = per_leaf.get(leaf, 0) + len(tok.encode(text).ids) + 1  # + the separator
+    packed_per_leaf = {}
+    for leaf in table.column("leaf").to_pylist():
+        packed_per_leaf[leaf] = packed_per_leaf.get(leaf, 0) + seq_len + 1
+    for leaf, n in per_leaf.items():  # each leaf loses less than one row: its tail
+        assert 0 <= n - packed_per_leaf.get(leaf, 0) < seq_len + 1, leaf
+    assert set(table.column("domain").to_pylist()) == {"generic"}
+    batch = next(iter(ray.data.read_parquet(str(tmp_path / "packed" / "data")).iter_batches(
+        batch_size=8, batch_format="numpy")))
+    x, y, coarse = torch_batch(batch)
+    assert x.shape == y.shape == (8, seq_len) and coarse.shape == (8,)
+    assert (x[:, 1:] == y[:, :-1]).all() and int(x.max()) < 1024

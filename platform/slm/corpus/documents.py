@@ -53,6 +53,18 @@ def doc_id(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", errors="surrogatepass"), digest_size=8).hexdigest()
 
 
+def hash_uniform(key: str) -> float:
+    """A uniform number in [0, 1) fixed by ``key`` (e.g. ``f"{seed}:{doc_id}"``): how every sample,
+    draw and noise term of the data stages is made deterministic across machines, blocks and reruns."""
+    digest = hashlib.blake2b(key.encode("utf-8", errors="surrogatepass"), digest_size=8).digest()
+    return (int.from_bytes(digest, "big") + 0.5) / 2**64
+
+
+def hash_seed(key: str) -> int:
+    """A 64-bit integer seed fixed by ``key`` (for a per-row numpy generator)."""
+    return int.from_bytes(hashlib.blake2b(key.encode("utf-8", errors="surrogatepass"), digest_size=8).digest(), "big")
+
+
 def in_valid_split(doc_id_: str, fraction: float) -> bool:
     """Whether a document belongs to the valid split: its hash as a fraction of 2**64, so the
     split is fixed by the text alone, the same in every build, import and machine."""

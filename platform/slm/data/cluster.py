@@ -13,7 +13,6 @@ in windows and tokens, and a few sample titles per coarse cluster), ``manifest.j
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -24,15 +23,14 @@ import pyarrow.compute as pc
 
 from slm.artifacts import atomic_path, atomic_write_json, is_complete, write_manifest
 from slm.config import ClusterConfig, config_hash
+from slm.corpus.documents import hash_uniform
 from slm.data.embed import EMBEDDING_DIM, embedding_files
 
 ASSIGNMENT_COLUMNS = ["id", "doc_id", "source", "domain", "text", "n_tokens"]
 
 
 def _in_sample(ids: list[str], fraction: float, seed: int) -> np.ndarray:
-    def u(i: str) -> float:
-        return int.from_bytes(hashlib.blake2b(f"{seed}:{i}".encode(), digest_size=8).digest(), "big") / 2**64
-    return np.array([u(i) < fraction for i in ids], dtype=bool)
+    return np.array([hash_uniform(f"cluster:{seed}:{i}") < fraction for i in ids], dtype=bool)
 
 
 def _sample_batch(batch: pa.Table, fraction: float, seed: int) -> pa.Table:

@@ -21,6 +21,8 @@ import re
 import numpy as np
 import pyarrow as pa
 
+from slm.corpus.documents import hash_uniform
+
 WORD_PUNCT = re.compile(r"\w+|[^\w\s]+")
 EPS = 1e-8
 
@@ -64,8 +66,7 @@ def log_weights(texts: list[str], log_diff: np.ndarray) -> np.ndarray:
 def _score(batch: pa.Table, log_diff: np.ndarray, seed: int) -> pa.Table:
     logw = log_weights(batch.column("text").to_pylist(), log_diff)
     # Gumbel noise seeded per row by its id: the same key on every machine and every rerun.
-    u = np.array([(int.from_bytes(hashlib.blake2b(f"{seed}:{i}".encode(), digest_size=8).digest(), "big") + 0.5)
-                  / 2**64 for i in batch.column("id").to_pylist()])
+    u = np.array([hash_uniform(f"dsir:{seed}:{i}") for i in batch.column("id").to_pylist()])
     keys = logw - np.log(-np.log(u))
     return batch.append_column("log_weight", pa.array(logw)).append_column("key", pa.array(keys))
 

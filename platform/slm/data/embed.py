@@ -151,9 +151,9 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
     from ray.data import ActorPoolStrategy
 
     corpus_dir = Path(corpus_dir).expanduser()
-    out = Path(output or corpus_dir / "embeddings").expanduser()
+    out = Path(output or default_output(corpus_dir, cfg)).expanduser()
     # Only what changes the vectors keys the output (not the splits, nor how the work is scheduled).
-    key = config_hash({"model_path": cfg.model_path, "max_tokens": cfg.max_tokens})
+    key = config_hash({"model_path": cfg.model_path, "max_tokens": cfg.max_tokens, "fraction": cfg.fraction})
     files = corpus_files(corpus_dir)
     shards = [p for split in cfg.splits for p in files.get(split, [])]
     if not shards:
@@ -165,6 +165,7 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
         raise ValueError(f"{out} holds embeddings of another embed config ({existing.get('config_hash')} ≠ {key}); "
                          "choose another embed.output or delete it")
     todo: list[tuple[str, set[str]]] = []
+    wanted = {path: selected_ids(path, cfg.fraction) for path in shards}
     for path in shards:
         shard = shard_key(corpus_dir, path)
         if not (out / f"{shard}.parquet").exists():
@@ -173,14 +174,13 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
           f"{len(todo)} to do", flush=True)
 
     summaries = []
-    pending = [(path, done) for path, done in todo
-               if len(done) < pq.read_metadata(path).num_rows]
+    pending = [(path, wanted[path] - done) for path, done in todo if wanted[path] - done]
     if pending:
         datasets = []
-        for path, done in pending:
+        for path, needed in pending:
             ds = ray.data.read_parquet(path).select_columns(["id", "text", "source", "domain"])
-            if done:
-                ds = ds.filter(lambda row, done=done: row["id"] not in done)
+            if len(needed) < pq.read_metadata(path).num_rows:
+                ds = ds.filter(lambda row, needed=needed: row["id"] in needed)
             datasets.append(ds.map_batches(_tag_shard, fn_kwargs={"shard": shard_key(corpus_dir, path)},
                                            batch_format="pyarrow"))
         ds = datasets[0].union(*datasets[1:]) if len(datasets) > 1 else datasets[0]
@@ -197,15 +197,14 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
     import ray
 
     consolidate = ray.remote(num_cpus=0.5)(consolidate_shard)
-    results = ray.get([consolidate.remote(path, str(out / WORK / shard_key(corpus_dir, path)),
-                                          str(out / f"{shard_key(corpus_dir, path)}.parquet"))
+    results = ray.get([consolidate.remote(sorted(wanted[path]), str(out / WORK / shard_key(corpus_dir, path)),
+                                          str(out / f"{shard_key(corpus_dir, path)}.parquet"), path)
                        for path, _ in todo])
     per_shard = {}
     for path in shards:
         final = out / f"{shard_key(corpus_dir, path)}.parquet"
-        meta = pq.read_metadata(final)
         per_shard[shard_key(corpus_dir, path)] = {
-            "documents": pq.read_metadata(path).num_rows, "windows": meta.num_rows}
+            "documents": len(wanted[path]), "windows": pq.read_metadata(final).num_rows}
     manifest = {
         "stage": "embed", "config_hash": key, "config": asdict(cfg), "corpus_dir": str(corpus_dir),
         "shards": per_shard,
@@ -222,12 +221,25 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
     return manifest
 
 
-def consolidate_shard(input_path: str, work: str, final: str) -> dict:
+def selected_ids(path: str, fraction: float) -> set[str]:
+    """The documents of a shard that an embed run with ``fraction`` covers (chosen by content hash)."""
+    from slm.corpus.documents import hash_uniform
+
+    ids = pq.read_table(path, columns=["id"]).column("id").to_pylist()
+    # Salted, so that the sample is independent of the valid split (also chosen by hash).
+    return set(ids) if fraction >= 1 else {i for i in ids if hash_uniform(f"embed:{i}") < fraction}
+
+
+def default_output(corpus_dir: Path, cfg: EmbedConfig) -> Path:
+    return corpus_dir / ("embeddings" if cfg.fraction >= 1 else f"embeddings-f{cfg.fraction:g}")
+
+
+def consolidate_shard(expected_ids: list[str], work: str, final: str, input_path: str) -> dict:
     """Working files of one shard → ``final``: each window once, every document present, or an error."""
     import shutil
 
     files = sorted(Path(work).glob("batch-*.parquet"))
-    expected = set(pq.read_table(input_path, columns=["id"]).column("id").to_pylist())
+    expected = set(expected_ids)
     table = pq.read_table(files) if files else window_schema().empty_table()
     ids = table.column("id").to_pylist()
     first = {}

@@ -15,7 +15,6 @@ KL(resampled leaf histogram ‖ domain histogram).
 
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from slm.artifacts import atomic_path, write_manifest
+from slm.corpus.documents import hash_seed
 from slm.data import dsir
 from slm.data.histogram import GENERIC, counts_by_leaf, kl, smoothed
 
@@ -33,9 +33,8 @@ def _poisson_copies(batch: pa.Table, lam: np.ndarray, seed: int) -> pa.Table:
     ids = batch.column("id").to_pylist()
     leaves = batch.column("leaf").to_numpy()
     # One generator per row, seeded by (seed, id): the draw does not depend on blocks or workers.
-    k = np.array([np.random.default_rng(int.from_bytes(
-        hashlib.blake2b(f"{seed}:{i}".encode(), digest_size=8).digest(), "big")).poisson(lam[leaf])
-        for i, leaf in zip(ids, leaves, strict=True)], dtype=np.int64)
+    k = np.array([np.random.default_rng(hash_seed(f"resample:{seed}:{i}")).poisson(lam[leaf])
+                  for i, leaf in zip(ids, leaves, strict=True)], dtype=np.int64)
     rows = np.repeat(np.arange(len(ids)), k)
     out = batch.take(pa.array(rows, pa.int64()))
     copy = np.concatenate([np.arange(c) for c in k]) if len(k) else np.zeros(0, np.int64)

@@ -1,0 +1,75 @@
+"""`pack`: tokenize windows and pack them into fixed-length sequences that keep their cluster ids.
+
+The cluster-aware trainers (SLM-mix, SLM-pn, Soup-of-Experts) sample sequences by coarse cluster and by
+leaf, so a packed sequence must come from one cluster: windows are grouped by (domain, leaf) on Ray Data
+(``groupby(...).map_groups``), tokenized with the trained BPE, joined with ``<|endoftext|>`` and cut into
+rows of ``seq_len + 1`` tokens (inputs and shifted targets). Tokens are uint16 when the vocabulary
+allows. The tail of each group (< seq_len + 1 tokens) is dropped: at most one row's worth per leaf.
+
+Rows: ``tokens`` (uint16 × (seq_len+1)), ``domain``, ``coarse``, ``leaf``. ``torch_batch`` turns a Ray
+Data batch into the (inputs, targets, coarse) tensors a Ray Train worker steps on; workers read their
+shard with ``ray.train.get_dataset_shard("train").iter_batches(...)``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from slm.artifacts import atomic_path, write_manifest
+from slm.data import tokenizers
+
+
+def _pack_group(batch: pa.Table, tokenizer: str, seq_len: int) -> pa.Table:
+    tok = tokenizers.load(tokenizer)
+    eot = tok.token_to_id("<|endoftext|>")
+    texts = batch.column("text").to_pylist()
+    ids = [np.asarray(e.ids, dtype=np.int64) for e in tok.encode_batch(texts, add_special_tokens=False)]
+    stream = np.concatenate([np.append(i, eot) for i in ids]) if ids else np.zeros(0, np.int64)
+    row = seq_len + 1
+    n_rows = len(stream) // row
+    dtype = np.uint16 if tok.get_vocab_size() <= 65536 else np.int32
+    tokens = stream[: n_rows * row].astype(dtype).reshape(n_rows, row)
+    first = {k: batch.column(k)[0].as_py() for k in ("domain", "coarse", "leaf")} if batch.num_rows else {}
+    arrow_type = pa.uint16() if dtype == np.uint16 else pa.int32()
+    return pa.table({
+        "tokens": pa.FixedSizeListArray.from_arrays(pa.array(tokens.reshape(-1), arrow_type), row),
+        "domain": pa.array([first.get("domain")] * n_rows, pa.string()),
+        "coarse": pa.array([first.get("coarse")] * n_rows, pa.int32()),
+        "leaf": pa.array([first.get("leaf")] * n_rows, pa.int32()),
+    })
+
+
+def pack(windows_path: str | Path, tokenizer_json: str | Path, seq_len: int, out: Path,
+         domain: str | None = None) -> dict:
+    """Pack the windows under ``windows_path`` (assignments or a resampled set) into ``out``;
+    ``domain`` keeps only that domain's windows."""
+    import ray.data
+
+    started = time.perf_counter()
+    ds = ray.data.read_parquet(str(windows_path)).select_columns(["text", "domain", "coarse", "leaf"])
+    if domain is not None:
+        ds = ds.filter(lambda row, d=domain: row["domain"] == d)
+    packed = ds.groupby(["domain", "leaf"]).map_groups(
+        _pack_group, fn_kwargs={"tokenizer": str(tokenizer_json), "seq_len": seq_len}, batch_format="pyarrow")
+    with atomic_path(out / "data") as tmp:
+        packed.write_parquet(str(tmp))
+    stats = ray.data.read_parquet(str(out / "data")).select_columns(["coarse"])
+    rows = stats.count()
+    if rows == 0:
+        raise ValueError(f"pack: no sequence of {seq_len + 1} tokens could be made from {windows_path}")
+    return write_manifest(out, {"stage": "pack", "input": str(windows_path), "domain": domain,
+                                "tokenizer": str(tokenizer_json),
+                                "seq_len": seq_len, "sequences": rows, "tokens": rows * (seq_len + 1),
+                                "seconds": round(time.perf_counter() - started, 1)})
+
+
+def torch_batch(batch: dict[str, np.ndarray]):
+    """A Ray Data numpy batch → (inputs, targets, coarse cluster ids) as torch tensors."""
+    import torch
+
+    tokens = torch.from_numpy(np.stack(batch["tokens"]).astype(np.int64))
+    return tokens[:, :-1], tokens[:, 1:], torch.from_numpy(np.asarray(batch["coarse"], dtype=np.int64))
