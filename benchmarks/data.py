@@ -8,7 +8,7 @@
 - ``resample``: windows/s of our CRISP and DSIR resampling and of the reference DSIR package
   (``data-selection``: fit, weights, resample) on the same generic windows and target domain.
 - ``peak_memory_gib``: the largest sum of RSS over this driver and every Ray process, sampled every
-  0.2 s while each stage runs.
+  second while each stage runs.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class PeakRSS:
                 if p.pid == os.getpid() or "ray::" in cmd or "/ray/" in cmd or "raylet" in cmd or "gcs_server" in cmd:
                     total += p.info["memory_info"].rss if p.info["memory_info"] else 0
             self.peak = max(self.peak, total)
-            time.sleep(0.2)
+            time.sleep(1.0)  # walking every process costs CPU: sample sparingly beside timed work
 
     def __enter__(self):
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -62,15 +62,16 @@ def window_corpus(corpus: Path, n: int, root: Path) -> list[str]:
     from slm.data.embed import split_windows
 
     tok = tokenizers.load(tokenizers.EMBEDDER)
-    texts: list[str] = []
+    unique: dict[str, None] = {}  # distinct windows: a repeated text would be one document, one id
     for f in sorted((corpus / "generic").glob("*.parquet")):
         for text in pq.read_table(f, columns=["text"]).column("text").to_pylist()[::7]:
-            texts.extend(w for w, _ in split_windows(text, tok.encode(text, add_special_tokens=False), 254))
-            if len(texts) >= n:
+            for w, _ in split_windows(text, tok.encode(text, add_special_tokens=False), 254):
+                unique.setdefault(w)
+            if len(unique) >= n:
                 break
-        if len(texts) >= n:
+        if len(unique) >= n:
             break
-    texts = texts[:n]
+    texts = list(unique)[:n]
     (root / "generic").mkdir(parents=True)
     for i in range(4):  # four shards, so that reads are spread over tasks
         part = texts[i::4]

@@ -87,3 +87,14 @@ def test_unknown_stage_fails_before_running(slm_cli, tmp_path):
 def test_cli_config_prints_resolved_yaml(slm_cli):
     out = slm_cli("config", "jobs/quickstart.yaml", "corpus.valid_fraction=0.2").stdout
     assert yaml.safe_load(out)["corpus"]["valid_fraction"] == 0.2
+
+
+def test_slm_data_maps_flags_to_the_resample_section(slm_cli, tmp_path):
+    """`slm data resample --domain …` is the resample stage with those keys; a missing input is named."""
+    proc = slm_cli("data", "resample", "--domain", "medical", "--tokens", "1000", "--method", "crisp",
+                   f"run.root={tmp_path}", "run.name=r", check=False)
+    config = yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())
+    assert config["stages"] == ["resample"] and config["resample"]["domain"] == "medical"
+    assert config["resample"]["tokens"] == 1000 and config["resample"]["methods"] == ["crisp"]
+    assert proc.returncode == 1
+    assert "histograms.json does not exist: run the 'histogram' stage first" in proc.stderr

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,15 +99,3 @@ def is_complete(folder: str | Path, config_hash: str | None = None) -> bool:
     if not manifest or not manifest.get("complete"):
         return False
     return config_hash is None or manifest.get("config_hash") == config_hash
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1000
-    return f"{n:.1f} GB"
-
-
-def make_tempdir(prefix: str = "slm-") -> Path:
-    return Path(tempfile.mkdtemp(prefix=prefix))

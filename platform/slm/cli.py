@@ -4,6 +4,8 @@
     slm config JOB.yaml [key=value ...]         print the resolved config
     slm corpus fetch|build [key=value ...]      the bundled corpus
     slm corpus import PATH (--generic | --domain NAME) [...]
+    slm data embed|cluster|histogram|resample|tokenizer|pack [--config JOB.yaml] [key=value ...]
+    slm data resample --domain D --tokens N --method crisp|dsir|uniform [...]
 """
 
 from __future__ import annotations
@@ -63,6 +65,25 @@ def cmd_corpus_import(args) -> int:
     return 0
 
 
+DATA_STAGES = ["stats", "embed", "cluster", "histogram", "resample", "tokenizer", "pack"]
+
+
+def cmd_data(args) -> int:
+    """One data stage on its own: the job's config (or the defaults), with only that stage to run."""
+    from slm.pipeline import run_job
+
+    overrides = list(args.overrides)
+    if args.stage == "resample":
+        for flag, key in (("domain", "resample.domain"), ("tokens", "resample.tokens")):
+            if getattr(args, flag) is not None:
+                overrides.append(f"{key}={getattr(args, flag)}")
+        if args.method:
+            overrides.append(f"resample.methods=[{','.join(args.method)}]")
+    cfg = load_job(args.config, overrides + [f"stages=[{args.stage}]"])
+    run_job(cfg)
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="slm", description="Small specialized language models under budgets, on Ray.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -95,16 +116,36 @@ def parser() -> argparse.ArgumentParser:
     imp.add_argument("--replace", action="store_true", help="overwrite an existing generic corpus or domain")
     with_overrides(imp, False)
     imp.set_defaults(fn=cmd_corpus_import)
+
+    data = sub.add_parser("data", help="run one data stage (outputs under run.root/run.name)")
+    data.add_argument("stage", choices=DATA_STAGES)
+    data.add_argument("--domain", help="resample: the specialist domain")
+    data.add_argument("--tokens", type=int, help="resample: the subset's size in tokens")
+    data.add_argument("--method", action="append", choices=["crisp", "dsir", "uniform"],
+                      help="resample: a selection method (repeatable)")
+    with_overrides(data, False)
+    data.set_defaults(fn=cmd_data)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    # Overrides may come before or after flags (`slm data resample --domain x run.name=y`): argparse
+    # fills the trailing positional early, so leftover key=value words are overrides too.
+    args, extra = p.parse_known_args(argv)
+    unknown = [a for a in extra if "=" not in a or a.startswith("-")]
+    if unknown:
+        p.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if extra:
+        args.overrides = [*getattr(args, "overrides", []), *extra]
     try:
         return args.fn(args)
     except ConfigError as err:
         print(f"slm: config error: {err}", file=sys.stderr)
         return 2
+    except FileNotFoundError as err:
+        print(f"slm: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -45,6 +45,17 @@ def stage_stats(cfg: JobConfig, run_dir: Path) -> dict:
     return {"rows": len(rows), "tokens": sum(r["tokens"] for r in rows), "stats": str(out / "stats.json")}
 
 
+class MissingInputError(FileNotFoundError):
+    """A stage's input is not there: the message names it and the stage that makes it."""
+
+
+def require(path: Path, made_by: str) -> Path:
+    if not path.exists():
+        raise MissingInputError(f"{path} does not exist: run the '{made_by}' stage first "
+                                f"(with the same run.root/run.name)")
+    return path
+
+
 def embed_dir(cfg: JobConfig) -> Path:
     from slm.data.embed import default_output
 
@@ -67,7 +78,7 @@ def stage_cluster(cfg: JobConfig, run_dir: Path) -> dict:
     from slm.runtime import init_ray
 
     init_ray(cfg.ray)
-    m = cluster(embed_dir(cfg), cfg.cluster, run_dir / cfg.cluster.output)
+    m = cluster(require(embed_dir(cfg), "embed"), cfg.cluster, run_dir / cfg.cluster.output)
     return {"output": str(run_dir / cfg.cluster.output), "sample_windows": m["sample_windows"]}
 
 
@@ -75,7 +86,8 @@ def stage_histogram(cfg: JobConfig, run_dir: Path) -> dict:
     """Each domain's smoothed cluster histogram, its entropy and its KL to generic."""
     from slm.data.histogram import write_histograms
 
-    result = write_histograms(run_dir / cfg.cluster.output, cfg.histogram.alpha, run_dir / cfg.histogram.output,
+    result = write_histograms(require(run_dir / cfg.cluster.output / "clusters.json", "cluster").parent,
+                              cfg.histogram.alpha, run_dir / cfg.histogram.output,
                               cfg.histogram.domains or None)
     return {d: {"entropy": h["entropy"], "kl_to_generic": h["kl_to_generic"]} for d, h in result["domains"].items()}
 
@@ -88,7 +100,7 @@ def stage_resample(cfg: JobConfig, run_dir: Path) -> dict:
     from slm.runtime import init_ray
 
     init_ray(cfg.ray)
-    histograms = json.loads((run_dir / cfg.histogram.output / "histograms.json").read_text())
+    histograms = json.loads(require(run_dir / cfg.histogram.output / "histograms.json", "histogram").read_text())
     out = {}
     for method in cfg.resample.methods:
         m = resample(run_dir / cfg.cluster.output, histograms, cfg.resample.domain, cfg.resample.tokens, method,
@@ -112,8 +124,8 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
     from slm.runtime import init_ray
 
     init_ray(cfg.ray)
-    tokenizer = run_dir / cfg.tokenizer.output / "tokenizer.json"
-    assignments = run_dir / cfg.cluster.output / "assignments"
+    tokenizer = require(run_dir / cfg.tokenizer.output / "tokenizer.json", "tokenizer")
+    assignments = require(run_dir / cfg.cluster.output / "assignments", "cluster")
     jobs = []
     if "generic" in cfg.pack.sets:
         jobs.append(("generic", assignments, "generic"))
@@ -121,7 +133,7 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
         jobs.append((f"domain/{cfg.resample.domain}", assignments, cfg.resample.domain))
     if "resampled" in cfg.pack.sets:
         for method in cfg.resample.methods:
-            data = run_dir / cfg.resample.output / cfg.resample.domain / method / "data"
+            data = require(run_dir / cfg.resample.output / cfg.resample.domain / method / "data", "resample")
             jobs.append((f"resampled/{cfg.resample.domain}/{method}", data, None))
     out = {}
     for name, source, domain in jobs:
