@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from slm.corpus import documents
-from slm.corpus.importer import ImportError_, import_corpus
+from slm.corpus.importer import CorpusImportError, import_corpus
 from slm.data import tokenizers
 from slm.data.stats import corpus_stats
 
@@ -38,7 +38,7 @@ def test_import_counts_and_content(user_corpus):
 
 def test_import_refuses_to_overwrite_and_names_bad_input(user_corpus, tmp_path):
     out, *_ = user_corpus
-    with pytest.raises(ImportError_, match="already exists; pass --replace"):
+    with pytest.raises(CorpusImportError, match="already exists; pass --replace"):
         import_corpus(str(out / "generic"), out)
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"content": "a real sentence"}) + "\n")
@@ -69,7 +69,7 @@ def test_stats_match_a_direct_count(user_corpus):
 def test_import_with_an_empty_split_fails_and_writes_nothing(ray_local, tmp_path):
     path = tmp_path / "one.jsonl"
     path.write_text(json.dumps({"text": "A single real sentence about a patient's fever."}) + "\n")
-    with pytest.raises(ImportError_, match=r"split of domain 'tiny' would be empty"):
+    with pytest.raises(CorpusImportError, match=r"split of domain 'tiny' would be empty"):
         import_corpus(str(path), tmp_path / "c", "tiny", valid_fraction=0.5)
     assert not list((tmp_path / "c").rglob("*.parquet"))
     assert not (tmp_path / "c" / "manifest.json").exists()

@@ -26,7 +26,7 @@ from slm.corpus.layout import GENERIC, domain_dir, generic_dir
 TEXT_EXTENSIONS = ["txt", "md", "rst", "text"]
 
 
-class ImportError_(ValueError):
+class CorpusImportError(ValueError):
     """Input that cannot be imported; the message names the file and column."""
 
 
@@ -43,7 +43,7 @@ def detect_format(path: str) -> str:
         if kinds & {"jsonl", "json"}:
             return "jsonl"
         return "text"
-    raise ImportError_(f"{path}: cannot tell the format; pass --format jsonl|parquet|text")
+    raise CorpusImportError(f"{path}: cannot tell the format; pass --format jsonl|parquet|text")
 
 
 def _read(path: str, fmt: str, text_column: str):
@@ -55,7 +55,7 @@ def _read(path: str, fmt: str, text_column: str):
         return ray.data.read_parquet(path, include_paths=True)
     if fmt == "text":
         return ray.data.read_binary_files(path, include_paths=True, file_extensions=TEXT_EXTENSIONS)
-    raise ImportError_(f"unknown format {fmt!r}; use jsonl, parquet or text")
+    raise CorpusImportError(f"unknown format {fmt!r}; use jsonl, parquet or text")
 
 
 def _normalize_batch(batch: pa.Table, text_column: str, source: str, domain: str) -> pa.Table:
@@ -66,12 +66,12 @@ def _normalize_batch(batch: pa.Table, text_column: str, source: str, domain: str
         raw_texts = batch.column(text_column).to_pylist()
     else:
         columns = [c for c in batch.column_names if c != "path"]
-        raise ImportError_(f"{paths[0]}: no column {text_column!r} (columns: {columns}); "
+        raise CorpusImportError(f"{paths[0]}: no column {text_column!r} (columns: {columns}); "
                            "pass --text-column")
     texts, bad, replaced, empty = [], [], [], []
     for i, raw in enumerate(raw_texts):
         if raw is not None and not isinstance(raw, (str, bytes)):
-            raise ImportError_(f"{paths[i]}: a row's {text_column!r} is {type(raw).__name__}, not text")
+            raise CorpusImportError(f"{paths[i]}: a row's {text_column!r} is {type(raw).__name__}, not text")
         counts = documents.SourceCounts()
         text = documents.normalize(documents.decode(raw or "", counts=counts))
         texts.append(text)
@@ -108,11 +108,11 @@ def import_corpus(
     corpus_dir = Path(corpus_dir).expanduser()
     role = domain or GENERIC
     if role != GENERIC and not role.replace("-", "").replace("_", "").isalnum():
-        raise ImportError_(f"domain name {role!r} must be letters, digits, '-' or '_'")
+        raise CorpusImportError(f"domain name {role!r} must be letters, digits, '-' or '_'")
     targets = [generic_dir(corpus_dir)] if role == GENERIC else [
         domain_dir(corpus_dir, role, s) for s in ("train", "valid")]
     if any(t.exists() for t in targets) and not replace:
-        raise ImportError_(f"{targets[0].parent if role != GENERIC else targets[0]} already exists; "
+        raise CorpusImportError(f"{targets[0].parent if role != GENERIC else targets[0]} already exists; "
                            "pass --replace to overwrite it")
     fmt = fmt or detect_format(path)
     source = source or Path(path.rstrip("/")).name
@@ -127,7 +127,7 @@ def import_corpus(
                           Sum("_replaced_chars", alias_name="replaced_chars"))
     counts = {k: int(v or 0) for k, v in counts.items()}
     if counts["records"] == counts["empty"]:
-        raise ImportError_(f"{path}: no non-empty documents ({counts['records']} records read)")
+        raise CorpusImportError(f"{path}: no non-empty documents ({counts['records']} records read)")
 
     columns = list(SCHEMA.names)
     summary = {}
@@ -142,7 +142,7 @@ def import_corpus(
             part.select_columns(columns).write_parquet(str(tmp))
             written = sorted(tmp.glob("*.parquet")) if tmp.is_dir() else []
             if not sum(pq.read_metadata(f).num_rows for f in written):
-                raise ImportError_(f"{path}: the {split} split of domain {role!r} would be empty "
+                raise CorpusImportError(f"{path}: the {split} split of domain {role!r} would be empty "
                                    f"(valid_fraction={valid_fraction}); import more documents")
         files = sorted(target.glob("*.parquet"))
         docs = sum(pq.read_metadata(f).num_rows for f in files)
