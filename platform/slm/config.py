@@ -232,14 +232,13 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         options = typing.get_args(tp)
         if value is None and type(None) in options:
             return None
-        errors = []
         for option in options:
             if option is type(None):
                 continue
             try:
                 return _coerce(option, value, key)
-            except ConfigError as err:
-                errors.append(str(err))
+            except ConfigError:
+                continue
         raise ConfigError(f"config key '{key}': expected {_type_name(tp)}, got {value!r}")
     if origin is Literal:
         allowed = typing.get_args(tp)

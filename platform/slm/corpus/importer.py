@@ -46,7 +46,7 @@ def detect_format(path: str) -> str:
     raise CorpusImportError(f"{path}: cannot tell the format; pass --format jsonl|parquet|text")
 
 
-def _read(path: str, fmt: str, text_column: str):
+def _read(path: str, fmt: str):
     import ray.data
 
     if fmt == "jsonl":
@@ -118,7 +118,7 @@ def import_corpus(
     source = source or Path(path.rstrip("/")).name
     started = time.perf_counter()
 
-    ds = _read(path, fmt, text_column).map_batches(
+    ds = _read(path, fmt).map_batches(
         _normalize_batch, fn_kwargs={"text_column": text_column, "source": source, "domain": role},
         batch_format="pyarrow")
     kept = ds.map_batches(_drop_empty, batch_format="pyarrow")

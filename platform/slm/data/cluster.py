@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from slm.artifacts import atomic_path, atomic_write_json, is_complete, write_manifest
+from slm.artifacts import atomic_path, atomic_write_json, is_complete, read_manifest, write_manifest
 from slm.config import ClusterConfig, config_hash
 from slm.corpus.documents import hash_uniform
 from slm.data.embed import EMBEDDING_DIM, embedding_files
@@ -51,14 +52,16 @@ def fit(embed_dir: str | Path, cfg: ClusterConfig) -> dict:
     import ray.data
     from sklearn.cluster import KMeans
 
-    files = embedding_files(embed_dir)
-    if not files:
+    if not embedding_files(embed_dir):
         raise FileNotFoundError(f"no embeddings under {embed_dir}: run the embed stage first")
-    ds = ray.data.read_parquet(files).select_columns(["id", "domain", "text", "embedding"])
-    total = ds.filter(lambda r: r["domain"] == "generic").count()
+    # The generic shards are the embed output's generic/ folder: read only those, and count their
+    # windows from the Parquet footers rather than with a pass over the vectors.
+    files = embedding_files(Path(embed_dir) / "generic")
+    total = sum(pq.read_metadata(f).num_rows for f in files)
     if total == 0:
         raise ValueError(f"{embed_dir} holds no generic windows to cluster")
     fraction = min(1.0, cfg.sample_size / total)
+    ds = ray.data.read_parquet(files).select_columns(["id", "domain", "text", "embedding"])
     sample = ds.map_batches(_sample_batch, fn_kwargs={"fraction": fraction, "seed": cfg.seed},
                             batch_format="pyarrow").to_arrow_refs()
     sample = pa.concat_tables(ray.get(sample)) if sample else None
@@ -126,8 +129,6 @@ def cluster(embed_dir: str | Path, cfg: ClusterConfig, out: str | Path) -> dict:
     out = Path(out)
     key = config_hash({"cfg": asdict(cfg), "embed": str(Path(embed_dir).resolve())})
     if is_complete(out, key):
-        from slm.artifacts import read_manifest
-
         print(f"[cluster] {out} is complete and current", flush=True)
         return read_manifest(out)
     started = time.perf_counter()

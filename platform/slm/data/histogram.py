@@ -64,9 +64,9 @@ def domain_histograms(cluster_dir: str | Path, alpha: float, domains: list[str] 
     support = generic > 0
     present = sorted({r["domain"] for r in sizes} - {GENERIC})
     wanted = domains or present
+    p_generic = smoothed(generic, support, alpha)
     out = {"leaves": leaves, "alpha": alpha, "generic": {
-        "windows": int(generic.sum()), "p": smoothed(generic, support, alpha).tolist(),
-        "entropy": entropy(smoothed(generic, support, alpha))}, "domains": {}}
+        "windows": int(generic.sum()), "p": p_generic.tolist(), "entropy": entropy(p_generic)}, "domains": {}}
     for domain in wanted:
         counts = counts_by_leaf(sizes, domain, leaves)
         if counts.sum() == 0:
@@ -80,7 +80,7 @@ def domain_histograms(cluster_dir: str | Path, alpha: float, domains: list[str] 
         out["domains"][domain] = {
             "windows": int(counts.sum()), "p": p.tolist(), "raw_counts": counts.astype(int).tolist(),
             "entropy": entropy(p), "unsupported_mass": unsupported,
-            "kl_to_generic": kl(p, np.array(out["generic"]["p"])),
+            "kl_to_generic": kl(p, p_generic),
         }
     return out
 
