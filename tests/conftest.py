@@ -159,3 +159,30 @@ def embedded(mini_corpus_dir, ray_local, tmp_path_factory):
     manifest = embed_corpus(mini_corpus_dir, EmbedConfig(batch_docs=32), out)
     thread.join(timeout=1)
     return out, manifest, killed
+
+
+@pytest.fixture(scope="session")
+def train_run(embedded, mini_corpus_dir, ray_local, tmp_path_factory):
+    """A run directory with everything training reads, made by the real data stages on the embedded mini
+    corpus: clusters (4 × 2), histograms, a CRISP subset for legal, a 512-token BPE, packed sets of 64."""
+    from slm.config import load_job
+    from slm.pipeline import STAGES
+
+    root = tmp_path_factory.mktemp("train")
+    cfg = load_job(None, [
+        f"corpus.dir={mini_corpus_dir}", "corpus.domains=[legal, medical, code]", f"embed.output={embedded[0]}",
+        f"run.root={root}", "run.name=run", "cluster.k=4", "cluster.fine_k=2", "cluster.sample_size=1500",
+        "resample.domain=legal", "resample.tokens=20000", "resample.methods=[crisp]",
+        "tokenizer.vocab_size=512", "pack.seq_len=64"])
+    for stage in ("cluster", "histogram", "resample", "tokenizer", "pack"):
+        STAGES[stage](cfg, cfg.run.dir)
+    return cfg
+
+
+def train_overrides(cfg, *extra: str) -> list[str]:
+    """The fixture's run, plus a tiny model and quick settings for the training sections."""
+    base = [f"corpus.dir={cfg.corpus.dir}", "corpus.domains=[legal, medical, code]", f"run.root={cfg.run.root}",
+            f"run.name={cfg.run.name}", "cluster.k=4", "cluster.fine_k=2", "resample.domain=legal",
+            "tokenizer.vocab_size=512", "pack.seq_len=64", "pretrain.model.preset=tiny",
+            "pretrain.train.eval_tokens=2048", "specialize.train.eval_tokens=2048"]
+    return base + list(extra)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -96,12 +97,10 @@ def test_unauthenticated_requests_are_refused(head_node):
     assert err.value.code == 401
 
 
-def test_submit_stats_job_to_a_head_node(head_node, user_corpus_dir, tmp_path):
-    client, _ = head_node
+def submit_and_wait(client, entrypoint: str, timeout: float = 300) -> tuple[str, str]:
+    """Submit ``entrypoint`` with the repository as working dir; return (final status, logs)."""
     from ray.job_submission import JobStatus
 
-    runs = tmp_path / "runs"
-    entrypoint = f"slm run jobs/corpus_stats.yaml corpus.dir={user_corpus_dir} run.root={runs}"
     deadline = time.time() + 120
     while True:  # a fresh head answers before its job agent is up ("No available agent …")
         try:
@@ -111,16 +110,41 @@ def test_submit_stats_job_to_a_head_node(head_node, user_corpus_dir, tmp_path):
             if "No available agent" not in str(err) or time.time() > deadline:
                 raise
             time.sleep(2)
-    deadline = time.time() + 300
+    deadline = time.time() + timeout
     while time.time() < deadline:
         status = client.get_job_status(job_id)
         if status in {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}:
             break
         time.sleep(2)
-    logs = client.get_job_logs(job_id)
+    return status, client.get_job_logs(job_id)
+
+
+def test_submit_stats_job_to_a_head_node(head_node, user_corpus_dir, tmp_path):
+    client, _ = head_node
+    from ray.job_submission import JobStatus
+
+    runs = tmp_path / "runs"
+    status, logs = submit_and_wait(client, f"slm run jobs/corpus_stats.yaml corpus.dir={user_corpus_dir} run.root={runs}")
     assert status == JobStatus.SUCCEEDED, logs
     assert "connected to Ray at" in logs  # the driver joined the head's cluster, not a new local Ray
     assert "generic.jsonl" in logs and "total" in logs
     stats = json.loads((runs / "corpus-stats" / "stats" / "stats.json").read_text())
     assert {r["domain"] for r in stats} == {"generic", "med", "notes"}
     assert (runs / "corpus-stats" / "config.yaml").exists()
+
+
+def test_submit_a_pretraining_job_to_a_head_node(head_node, train_run):
+    """jobs/pretrain.yaml through the Jobs API: Ray Train's 2 workers on the head's CPUs, over gloo."""
+    from ray.job_submission import JobStatus
+
+    from .conftest import train_overrides
+
+    client, _ = head_node
+    overrides = " ".join(shlex.quote(o) for o in train_overrides(train_run, "pretrain.method=soup", "pretrain.name=submitted",
+                                         "pretrain.model.depth=0", "pretrain.train.budget.steps=10",
+                                         "pretrain.train.log_every=5"))
+    status, logs = submit_and_wait(client, f"slm run jobs/pretrain.yaml {overrides}", timeout=400)
+    assert status == JobStatus.SUCCEEDED, logs
+    assert "connected to Ray at" in logs and "[train] submitted step 10" in logs
+    summary = json.loads((train_run.run.dir / "checkpoints" / "submitted" / "summary.json").read_text())
+    assert summary["steps"] == 10 and summary["workers"] == 2 and summary["method"] == "soup"

@@ -48,5 +48,6 @@ def test_quickstart_job(slm_cli, corpus_dir, corpus_manifest, tmp_path):
     # tokenizer + pack: uint16 sequences of 257 tokens for every set
     assert results["tokenizer"]["vocab_size"] == 8192
     assert set(results["pack"]) == {"generic", "domain/legal", "resampled/legal/crisp",
-                                    "resampled/legal/uniform", "resampled/legal/dsir"}
+                                    "resampled/legal/uniform", "resampled/legal/dsir",
+                                    *(f"valid/{d}" for d in corpus_manifest["domains"])}
     assert all(v["sequences"] > 0 for v in results["pack"].values())

@@ -84,6 +84,18 @@ def cmd_data(args) -> int:
     return 0
 
 
+def cmd_train(args) -> int:
+    """One training stage: the job's config (or the defaults), with only that stage to run."""
+    from slm.pipeline import run_job
+
+    overrides = list(args.overrides)
+    for flag, key in (("method", "pretrain.method"), ("source", "specialize.source"), ("domain", "specialize.domain")):
+        if getattr(args, flag) is not None:
+            overrides.append(f"{key}={getattr(args, flag)}")
+    run_job(load_job(args.config, overrides + [f"stages=[{args.stage}]"]))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="slm", description="Small specialized language models under budgets, on Ray.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -125,6 +137,15 @@ def parser() -> argparse.ArgumentParser:
                       help="resample: a selection method (repeatable)")
     with_overrides(data, False)
     data.set_defaults(fn=cmd_data)
+
+    train = sub.add_parser("train", help="run one training stage (outputs under run.root/run.name)")
+    train.add_argument("stage", choices=["pretrain", "specialize"])
+    train.add_argument("--method", choices=["generic", "importance", "dsir", "mixture", "projected", "soup"],
+                       help="pretrain: the method (pretrain.method)")
+    train.add_argument("--source", help="specialize: a pretrained run name or model.safetensors (specialize.source)")
+    train.add_argument("--domain", help="specialize: the domain (specialize.domain)")
+    with_overrides(train, False)
+    train.set_defaults(fn=cmd_train)
     return p
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 
 T = TypeVar("T")
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 BUNDLED_DOMAINS = ["code", "legal", "medical", "math", "techdocs", "literature"]
 
@@ -187,16 +189,208 @@ class PackConfig:
     seq_len: int = 256
     # What to pack: "generic" (every generic window: generic, mixture, projected, soup pretraining),
     # "resampled" (each resample method's subset for resample.domain), "domain" (resample.domain's own
-    # train windows, for specialization).
-    sets: list[str] = field(default_factory=lambda: ["generic", "resampled", "domain"])
+    # train windows, for specialization), "valid" (every domain's valid split, for evaluation).
+    sets: list[str] = field(default_factory=lambda: ["generic", "resampled", "domain", "valid"])
     output: str = "packed"  # <run dir>/packed/<set>[/<method>]/
 
     def validate(self, prefix: str = "") -> None:
-        unknown = [x for x in self.sets if x not in ("generic", "resampled", "domain")]
+        unknown = [x for x in self.sets if x not in ("generic", "resampled", "domain", "valid")]
         if unknown:
-            raise ConfigError(f"config key '{prefix}sets': unknown set(s) {unknown}; use generic, resampled, domain")
+            raise ConfigError(f"config key '{prefix}sets': unknown set(s) {unknown}; "
+                              "use generic, resampled, domain, valid")
         if self.seq_len < 2:
             raise ConfigError(f"config key '{prefix}seq_len': must be at least 2, got {self.seq_len}")
+
+
+# ------------------------------------------------------------------------------------------ training
+
+
+METHODS = ["generic", "importance", "dsir", "mixture", "projected", "soup"]
+
+
+@dataclass
+class ModelConfig:
+    """The model a run trains: a GPT preset (or nanochat's depth dial) and the method's architecture."""
+
+    preset: str = "cpu-small"
+    depth: int = 0  # > 0: GPTConfig.from_depth(depth) instead of the preset
+    # vocab_size and seq_len always come from the tokenizer and the packed data.
+    n_experts: int = 0  # mixture / projected: experts, 0 = one per coarse cluster (cluster.k)
+    expert_dim: int = 4  # projected: m, the size of each expert's embedding E[i]
+    bank_size: int = 8  # projected: h, the number of weight matrices in the bank T
+    soup_experts: int = 4  # soup: n, the experts E_j mixed into Θ(h)
+    soup_active: int = 2  # soup: s, domains active in each h drawn from the prior
+    soup_experts_on: Literal["all", "mlp"] = "all"
+
+    def validate(self, prefix: str = "") -> None:
+        for name in ("n_experts", "depth"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"config key '{prefix}{name}': must be ≥ 0, got {getattr(self, name)}")
+        for name in ("expert_dim", "bank_size", "soup_experts", "soup_active"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"config key '{prefix}{name}': must be at least 1, got {getattr(self, name)}")
+
+    @property
+    def size_name(self) -> str:
+        return f"d{self.depth}" if self.depth else self.preset
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with linear warm-up then cosine decay to ``min_lr_ratio``·lr over the budget's horizon."""
+
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 20
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # 0: off
+
+
+@dataclass
+class BudgetConfig:
+    """When a run stops: the first of these limits reached (0 = no limit of that kind; at least one).
+
+    A budget given in a YAML or override replaces the default budget whole: `budget.tokens=1e6` means
+    a token budget, not a token budget on top of the default step count."""
+
+    replaced_whole: typing.ClassVar[bool] = True
+
+    steps: int = 0
+    tokens: int = 0
+    flops: float = 0.0
+    device_seconds: float = 0.0
+
+    def validate(self, prefix: str = "") -> None:
+        values = {"steps": self.steps, "tokens": self.tokens, "flops": self.flops,
+                  "device_seconds": self.device_seconds}
+        negative = [k for k, v in values.items() if v < 0]
+        if negative:
+            raise ConfigError(f"config key '{prefix}{negative[0]}': a budget cannot be negative")
+        if not any(values.values()):
+            raise ConfigError(f"config key '{prefix.rstrip('.') or 'budget'}': set at least one of "
+                              f"steps, tokens, flops, device_seconds (all are 0)")
+
+
+@dataclass
+class TeacherConfig:
+    """Knowledge distillation from a dense teacher checkpoint: distill (whole run) or SALT (first steps).
+
+    loss = (1 − ω)·CE + ω·KD(p_teacher^(ρ) ‖ p_student) while KD is on, then plain CE."""
+
+    checkpoint: str = ""  # a dense model.safetensors; "" = no teacher
+    omega: float = 0.667  # ω
+    temperature: float = 0.25  # ρ, applied to the teacher's logits
+    kd_steps: int = 0  # n_KD: steps with KD (0 = every step: plain distillation)
+    transition: Literal["step", "linear"] = "step"  # linear: ω decays to 0 over the n_KD steps
+
+    def validate(self, prefix: str = "") -> None:
+        if not 0 <= self.omega <= 1:
+            raise ConfigError(f"config key '{prefix}omega': must be in [0, 1], got {self.omega}")
+        if self.temperature <= 0:
+            raise ConfigError(f"config key '{prefix}temperature': must be positive, got {self.temperature}")
+        if self.kd_steps < 0:
+            raise ConfigError(f"config key '{prefix}kd_steps': must be ≥ 0, got {self.kd_steps}")
+
+
+@dataclass
+class SelectionConfig:
+    """SALT-DS: the KD phase trains on the "hard but learnable" sequences the teacher picks."""
+
+    enabled: bool = False
+    topk: int = 10  # a token is learnable if its target is in the teacher's top-k
+    keep: float = 0.5  # top-m as a share of the training sequences, by median learnable-token loss
+
+    def validate(self, prefix: str = "") -> None:
+        if not 0 < self.keep <= 1:
+            raise ConfigError(f"config key '{prefix}keep': must be in (0, 1], got {self.keep}")
+        if self.topk < 1:
+            raise ConfigError(f"config key '{prefix}topk': must be at least 1, got {self.topk}")
+
+
+@dataclass
+class TrainConfig:
+    """How a run trains: workers, strategy, batch, optimizer, budget, and the callbacks' intervals."""
+
+    strategy: Literal["ddp", "deepspeed"] = "ddp"
+    zero_stage: int = 2  # deepspeed only: ZeRO stage 1, 2 or 3
+    num_workers: int = 2  # 0: Ray Train's local mode (the loop runs in the driver; tests, debugging)
+    use_gpu: bool = False
+    cpus_per_worker: float = 1.0
+    torch_threads: int = 1  # intra-op threads per CPU worker
+    batch_size: int = 8  # sequences per worker per step
+    seed: int = 0
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    budget: BudgetConfig = field(default_factory=lambda: BudgetConfig(steps=100))
+    log_every: int = 10  # steps between metrics.jsonl / TensorBoard / progress lines (rank 0, local)
+    # steps between ray.train.report of the metrics (Tune and the dashboard see these; 0: with checkpoints
+    # only). Ray's controller takes one report per 2 s: keep this interval longer than that.
+    report_every: int = 50
+    checkpoint_every: int = 50  # steps between checkpoints (0: only the final one)
+    keep_checkpoints: int = 2
+    eval_every: int = 0  # steps between evaluations on the valid split (0: only at the end)
+    eval_tokens: int = 32768  # per domain, at most
+    max_failures: int = 1  # worker failures the run recovers from (FailureConfig)
+    peak_flops: float = 257e9  # per device, for MFU (this CPU's 2-thread fp32 matmul; A100 bf16: 312e12)
+
+    def validate(self, prefix: str = "") -> None:
+        if self.zero_stage not in (1, 2, 3):
+            raise ConfigError(f"config key '{prefix}zero_stage': must be 1, 2 or 3, got {self.zero_stage}")
+        if self.num_workers < 0:
+            raise ConfigError(f"config key '{prefix}num_workers': must be ≥ 0, got {self.num_workers}")
+        for name in ("batch_size", "log_every", "torch_threads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"config key '{prefix}{name}': must be at least 1, got {getattr(self, name)}")
+        if self.strategy == "deepspeed" and self.num_workers == 0:
+            raise ConfigError(f"config key '{prefix}strategy': deepspeed needs num_workers ≥ 1")
+
+
+@dataclass
+class PretrainConfig:
+    """Pretraining one method at one size: what `slm run` stage `pretrain` trains."""
+
+    method: Literal["generic", "importance", "dsir", "mixture", "projected", "soup"] = "generic"
+    name: str = ""  # default: <method>-<size>; outputs in <run dir>/checkpoints/<name>/
+    data: str = ""  # packed folder; default: packed/generic, or packed/resampled/<domain>/<crisp|dsir>
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)  # SALT: a small teacher for a larger student
+    selection: SelectionConfig = field(default_factory=SelectionConfig)  # SALT-DS
+    output: str = "checkpoints"
+
+    @property
+    def run_name(self) -> str:
+        return self.name or f"{self.method}-{self.model.size_name}"
+
+
+@dataclass
+class LoraConfig:
+    """Specialize with LoRA adapters (peft) instead of full fine-tuning: rank 0 = off."""
+
+    rank: int = 0
+    alpha: float = 16.0
+    dropout: float = 0.0
+    targets: list[str] = field(default_factory=lambda: ["qkv", "proj", "fc"])
+
+
+@dataclass
+class SpecializeConfig:
+    """Instantiate a pretrained model for a domain and fine-tune it on an in-domain subset."""
+
+    source: str = ""  # a pretrain name under checkpoints/ or a model.safetensors path; default pretrain's
+    name: str = ""  # default: the source's name; outputs in <run dir>/specialized/<domain>/<name>/
+    domain: str = ""  # default: resample.domain
+    domain_tokens: int = 50_000  # the in-domain data budget: tokens of the domain's train split used
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(
+        budget=BudgetConfig(steps=50), optim=OptimConfig(lr=1e-3, warmup_steps=5)))
+    teacher: TeacherConfig = field(default_factory=lambda: TeacherConfig(omega=0.5, temperature=1.0))  # distill
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    output: str = "specialized"
+
+    def validate(self, prefix: str = "") -> None:
+        if self.domain_tokens <= 0:
+            raise ConfigError(f"config key '{prefix}domain_tokens': must be positive, got {self.domain_tokens}")
 
 
 @dataclass
@@ -214,6 +408,8 @@ class JobConfig:
     resample: ResampleConfig = field(default_factory=ResampleConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     pack: PackConfig = field(default_factory=PackConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    specialize: SpecializeConfig = field(default_factory=SpecializeConfig)
 
 
 # ----------------------------------------------------------------------------------------- loading
@@ -261,6 +457,14 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         return value
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if tp in (int, float) and isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        # YAML 1.1 reads 1e-3 and 2e6 (no dot) as strings; they are numbers to anyone writing a config.
+        number = float(value)
+        if tp is float:
+            return number
+        if number.is_integer():
+            return int(number)
+        raise ConfigError(f"config key '{key}': expected int, got {value!r}")
     if tp is bool and not isinstance(value, bool):
         raise ConfigError(f"config key '{key}': expected true or false, got {value!r}")
     if tp is int and isinstance(value, bool):
@@ -268,6 +472,31 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if isinstance(tp, type) and not isinstance(value, tp):
         raise ConfigError(f"config key '{key}': expected {_type_name(tp)}, got {value!r}")
     return value
+
+
+def _merged(default: Any, value: dict) -> dict:
+    """``value`` over the fields of the dataclass instance ``default``, section by section; a section
+    marked ``replaced_whole`` (a budget) is taken as given. Unknown keys stay, for from_dict to refuse."""
+    out = {}
+    for f in dataclasses.fields(default):
+        d = getattr(default, f.name)
+        if f.name not in value:
+            out[f.name] = to_dict(d) if dataclasses.is_dataclass(d) else d
+        elif dataclasses.is_dataclass(d) and isinstance(value[f.name], dict) and not getattr(d, "replaced_whole", False):
+            out[f.name] = _merged(d, value[f.name])
+        else:
+            out[f.name] = value[f.name]
+    return {**value, **out}
+
+
+def _merge_defaults(cls: type, name: str, value: Any) -> Any:
+    f = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+    if f is None or not isinstance(value, dict) or f.default_factory is dataclasses.MISSING:
+        return value
+    default = f.default_factory()
+    if not dataclasses.is_dataclass(default) or getattr(default, "replaced_whole", False):
+        return value
+    return _merged(default, value)
 
 
 def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
@@ -282,6 +511,9 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     for key in data:
         if key not in names:
             raise ConfigError(f"unknown config key '{prefix}{key}'; allowed keys under '{where}': {names}")
+    # A nested section given in part keeps the parent's defaults for the rest (SpecializeConfig's
+    # train section defaults to a shorter budget than TrainConfig's: `specialize.train.seed=1` keeps it).
+    data = {k: _merge_defaults(cls, k, v) for k, v in data.items()}
     kwargs = {name: _coerce(hints[name], data[name], f"{prefix}{name}") for name in names if name in data}
     obj = cls(**kwargs)
     validate = getattr(obj, "validate", None)

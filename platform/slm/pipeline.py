@@ -135,12 +135,35 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
         for method in cfg.resample.methods:
             data = require(run_dir / cfg.resample.output / cfg.resample.domain / method / "data", "resample")
             jobs.append((f"resampled/{cfg.resample.domain}/{method}", data, None))
+    if "valid" in cfg.pack.sets:
+        from slm.corpus.layout import domain_dir
+
+        for d in cfg.corpus.domains:
+            files = sorted(str(f) for f in domain_dir(cfg.corpus.dir, d, "valid").glob("*.parquet"))
+            if not files:
+                raise MissingInputError(f"{domain_dir(cfg.corpus.dir, d, 'valid')} holds no Parquet shards: "
+                                        f"domain {d!r} has no valid split (corpus.domains)")
+            jobs.append((f"valid/{d}", files, None))
     out = {}
     for name, source, domain in jobs:
         m = pack(source, tokenizer, cfg.pack.seq_len, run_dir / cfg.pack.output / name, domain)
         out[name] = {"sequences": m["sequences"], "tokens": m["tokens"]}
         print(f"[pack] {name}: {m['sequences']} sequences of {cfg.pack.seq_len + 1} tokens", flush=True)
     return out
+
+
+def stage_pretrain(cfg: JobConfig, run_dir: Path) -> dict:
+    """Pretrain ``pretrain.method`` at ``pretrain.model``'s size within ``pretrain.train.budget`` on Ray Train."""
+    from slm.train.trainer import pretrain
+
+    return pretrain(cfg, run_dir)  # the manifest: costs, evaluation, where the model is
+
+
+def stage_specialize(cfg: JobConfig, run_dir: Path) -> dict:
+    """Instantiate a pretrained model for a domain, fine-tune it on ``specialize.domain_tokens``, evaluate."""
+    from slm.train.trainer import specialize
+
+    return specialize(cfg, run_dir)
 
 
 STAGES: dict[str, Stage] = {
@@ -152,6 +175,8 @@ STAGES: dict[str, Stage] = {
     "resample": stage_resample,
     "tokenizer": stage_tokenizer,
     "pack": stage_pack,
+    "pretrain": stage_pretrain,
+    "specialize": stage_specialize,
 }
 
 

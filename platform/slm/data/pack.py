@@ -43,14 +43,23 @@ def _pack_group(batch: pa.Table, tokenizer: str, seq_len: int) -> pa.Table:
     })
 
 
-def pack(windows_path: str | Path, tokenizer_json: str | Path, seq_len: int, out: Path,
+def _without_clusters(batch: pa.Table) -> pa.Table:
+    missing = pa.array([-1] * batch.num_rows, pa.int32())
+    return batch.append_column("coarse", missing).append_column("leaf", missing)
+
+
+def pack(windows_path: str | Path | list[str], tokenizer_json: str | Path, seq_len: int, out: Path,
          domain: str | None = None) -> dict:
-    """Pack the windows under ``windows_path`` (assignments or a resampled set) into ``out``;
-    ``domain`` keeps only that domain's windows."""
+    """Pack the windows under ``windows_path`` (assignments or a resampled set; or raw corpus files,
+    whose sequences get cluster ids −1) into ``out``; ``domain`` keeps only that domain's windows."""
     import ray.data
 
     started = time.perf_counter()
-    ds = ray.data.read_parquet(str(windows_path)).select_columns(["text", "domain", "coarse", "leaf"])
+    ds = ray.data.read_parquet(windows_path if isinstance(windows_path, list) else str(windows_path))
+    if "coarse" not in ds.schema().names:
+        # Raw corpus documents (a valid split): no cluster ids, so one group per domain.
+        ds = ds.map_batches(_without_clusters, batch_format="pyarrow")
+    ds = ds.select_columns(["text", "domain", "coarse", "leaf"])
     if domain is not None:
         ds = ds.filter(lambda row, d=domain: row["domain"] == d)
     packed = ds.groupby(["domain", "leaf"]).map_groups(

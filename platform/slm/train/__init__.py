@@ -1,0 +1,1 @@
+"""Training on Ray Train: one loop for every method (see loop.py), strategies, callbacks, budgets."""

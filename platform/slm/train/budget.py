@@ -1,0 +1,85 @@
+"""Budgets and costs: when a run stops, and what it cost.
+
+A budget is a limit in steps, tokens, FLOPs or device-seconds (the first one reached stops the run).
+Costs are always reported in both FLOPs and device-seconds (``docs/training.md``):
+
+- training FLOPs per token are the dense model's (PaLM's 6N + 12·L·d·T) — what every expert and every
+  instantiated soup runs — plus each method's own per-step work: the soup's merge Θ(h) = S + Σ α_j E_j
+  and its backward (6·n·|mixed| per step), SLM-pn's expert weights W = (E[i]M)T (6·h·|W| per step);
+  a teacher adds its forward (2N per token) while KD is on;
+- device-seconds are the wall-clock seconds of the training loop times the number of devices (workers).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch.nn as nn
+
+from slm.config import BudgetConfig
+
+
+@dataclass
+class Progress:
+    """What the loop has done so far; checkpointed, so that budgets and costs survive a resume."""
+
+    step: int = 0
+    tokens: int = 0
+    flops: float = 0.0
+    device_seconds: float = 0.0
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+
+
+def exhausted(budget: BudgetConfig, p: Progress) -> str | None:
+    """The name of the first budget ``p`` has reached, or None."""
+    for name in ("steps", "tokens", "flops", "device_seconds"):
+        limit = getattr(budget, name)
+        if limit and getattr(p, {"steps": "step"}.get(name, name)) >= limit:
+            return name
+    return None
+
+
+def horizon_steps(budget: BudgetConfig, tokens_per_step: int, flops_per_step: float) -> int | None:
+    """The step count the LR schedule decays over: the tightest budget that can be converted to steps
+    (a device-seconds budget cannot: alone, it gets a constant LR after warm-up)."""
+    candidates = []
+    if budget.steps:
+        candidates.append(budget.steps)
+    if budget.tokens:
+        candidates.append(math.ceil(budget.tokens / tokens_per_step))
+    if budget.flops:
+        candidates.append(math.ceil(budget.flops / flops_per_step))
+    return min(candidates) if candidates else None
+
+
+def mixed_parameters(model: nn.Module) -> int:
+    experts = getattr(model, "experts", None)
+    if isinstance(experts, nn.ParameterDict):  # soup: E_j stacked per weight
+        return sum(p[0].numel() for p in experts.values())
+    return 0
+
+
+def step_overhead_flops(model: nn.Module, arch: dict) -> float:
+    """A method's per-step FLOPs beyond running the dense model on the batch."""
+    if arch["method"] == "soup":
+        return 6.0 * arch["n_experts"] * mixed_parameters(model)
+    if arch["method"] == "projected":
+        bank = sum(p.numel() for p in model.bank.values())  # h · Σ|W|
+        return 6.0 * bank
+    return 0.0
+
+
+def dense_flops_per_token(gpt_cfg, training: bool = True) -> int:
+    import torch
+
+    from slm.models.gpt import GPT
+
+    with torch.device("meta"):
+        return GPT(gpt_cfg).flops_per_token(training=training)

@@ -1,0 +1,151 @@
+"""Callbacks: what happens around the steps, kept out of the loop (OLMo-core's pattern).
+
+Each callback sees the loop (``loop.step``, ``loop.progress``, ``loop.rank``…) and the step's metrics
+dict, which it may add to; they run in list order, so ``Throughput`` fills in tokens/s and MFU before
+the loggers write them. ``Checkpointer`` is the one place that calls ``ray.train.report``: every rank
+calls it at the same steps (Ray Train requires it), with a checkpoint attached when one is due.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+class Callback:
+    def on_train_start(self, loop) -> None: ...
+
+    def on_step_end(self, loop, metrics: dict) -> None: ...
+
+    def on_train_end(self, loop, metrics: dict) -> None: ...
+
+
+def is_log_step(loop) -> bool:
+    return loop.progress.step % loop.train.log_every == 0 or loop.finished
+
+
+class Throughput(Callback):
+    """Tokens/s and model-FLOPs utilisation over each logging interval (all workers together)."""
+
+    def on_train_start(self, loop) -> None:
+        self._t, self._tokens, self._flops = loop.progress.device_seconds, loop.progress.tokens, loop.progress.flops
+
+    def on_step_end(self, loop, metrics: dict) -> None:
+        if not is_log_step(loop):
+            return
+        p = loop.progress
+        seconds = (p.device_seconds - self._t) / loop.world  # device-seconds → wall seconds
+        if seconds > 0:
+            metrics["tokens_per_s"] = (p.tokens - self._tokens) / seconds
+            metrics["mfu"] = (p.flops - self._flops) / seconds / (loop.train.peak_flops * loop.world)
+        self._t, self._tokens, self._flops = p.device_seconds, p.tokens, p.flops
+
+
+class MetricsLogger(Callback):
+    """Rank 0: ``metrics.jsonl`` and TensorBoard event files under the run's output folder."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def on_train_start(self, loop) -> None:
+        if loop.rank != 0:
+            return
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.jsonl = open(self.folder / "metrics.jsonl", "a")  # noqa: SIM115 (open for the whole run)
+        self.tb = SummaryWriter(str(self.folder / "tensorboard"))
+
+    def _write(self, metrics: dict) -> None:
+        self.jsonl.write(json.dumps(metrics) + "\n")
+        self.jsonl.flush()
+        for key, value in metrics.items():
+            if isinstance(value, int | float) and key not in ("step", "wall_time"):
+                self.tb.add_scalar(key.replace(".", "/"), value, metrics["step"])
+        self.tb.flush()
+
+    def on_step_end(self, loop, metrics: dict) -> None:
+        if loop.rank == 0 and is_log_step(loop):
+            self._write(metrics)
+
+    def on_train_end(self, loop, metrics: dict) -> None:
+        if loop.rank == 0:
+            self.jsonl.close()
+            self.tb.close()
+
+
+class ProgressPrinter(Callback):
+    """Rank 0: one line per logging interval in the job log."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def on_step_end(self, loop, metrics: dict) -> None:
+        if loop.rank != 0 or not is_log_step(loop):
+            return
+        parts = [f"[train] {self.name} step {metrics['step']}", f"loss {metrics['loss']:.4f}"]
+        if "kd" in metrics:
+            parts.append(f"kd {metrics['kd']:.4f} ω {metrics['omega']:.3f}")
+        parts.append(f"lr {metrics['lr']:.2e}")
+        if "tokens_per_s" in metrics:
+            parts.append(f"{metrics['tokens_per_s']:.0f} tok/s mfu {100 * metrics['mfu']:.1f}%")
+        if "eval.macro.perplexity" in metrics:
+            parts.append(f"valid ppl {metrics['eval.macro.perplexity']:.2f}")
+        # Not print(): Ray Train patches it to go to its logger *and*, with stdout redirected as in a
+        # Ray worker, to stdout too, so each line reached the job log twice.
+        sys.stdout.write(" | ".join(parts) + "\n")
+        sys.stdout.flush()
+
+
+class Evaluator(Callback):
+    """Per-domain perplexity and accuracy every ``eval_every`` steps, before training and at the end."""
+
+    def on_train_start(self, loop) -> None:
+        if loop.valid and loop.progress.step == 0:
+            loop.initial_eval = loop.run_evaluation()
+
+    def on_step_end(self, loop, metrics: dict) -> None:
+        every = loop.train.eval_every
+        if loop.valid and (loop.finished or (every and loop.progress.step % every == 0)):
+            result = loop.run_evaluation()
+            loop.last_eval = result
+            metrics.update({f"eval.{d}.{k}": v for d, r in result.items() for k, v in r.items() if k != "tokens"})
+
+
+class Checkpointer(Callback):
+    """Every ``checkpoint_every`` steps and at the end: every rank writes its part of the state into a
+    temporary folder and reports it synchronously (Ray merges the ranks' folders into one checkpoint;
+    the call returns once it is persisted); every ``report_every`` steps it reports metrics alone.
+
+    Ray Train's controller takes one report per worker per poll (every 2 s): reports more frequent than
+    that queue up and the next synchronous one waits for the whole queue, so the per-step logs go to
+    metrics.jsonl and TensorBoard (``log_every``) and Ray gets the sparser ``report_every``."""
+
+    def on_step_end(self, loop, metrics: dict) -> None:
+        import ray.train
+
+        every, report = loop.train.checkpoint_every, loop.train.report_every
+        due = loop.finished or (every and loop.progress.step % every == 0)
+        if not (due or (report and loop.progress.step % report == 0)):
+            return
+        reported = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
+        if not due:
+            # Metrics alone go through a background thread: a synchronous report waits until the
+            # controller has consumed the previous one (it polls every 2 s), ~1.9 s a call with 2 workers.
+            ray.train.report(reported, checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC)
+            return
+        with tempfile.TemporaryDirectory(prefix="slm-ckpt-") as tmp:
+            loop.save_state(Path(tmp))
+            ray.train.report(reported, checkpoint=ray.train.Checkpoint.from_directory(tmp),
+                             checkpoint_dir_name=f"step-{loop.progress.step:08d}")
+
+
+def timer() -> float:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter()

@@ -1,0 +1,350 @@
+"""The training loop every method shares, run by each Ray Train worker (``train_worker``).
+
+One loop: draw the step's rows from the sampler, run the method's model on them (dense, routed by
+cluster, or the soup at the step's h), add KD while a teacher is on, step the strategy, advance the
+progress and hand the step to the callbacks. Methods differ only in their model, sampler and objective;
+parallelism (DDP, DeepSpeed) and everything around the steps (logging, checkpoints, evaluation,
+throughput) live outside it.
+
+The worker's ``spec`` is a plain dict made by ``slm.train.trainer`` (paths, the architecture record,
+the train/teacher/lora sections): workers never read the job's YAML.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from slm.config import BudgetConfig, LoraConfig, OptimConfig, TeacherConfig, TrainConfig, from_dict
+from slm.models.gpt import GPT, load_dense
+from slm.models.registry import DENSE_METHODS, build_model, instantiate, save_model
+from slm.train import callbacks as cb
+from slm.train.budget import Progress, dense_flops_per_token, exhausted, horizon_steps, step_overhead_flops
+from slm.train.data import ClusterSampler, MixtureSampler, PackedArrays, UniformSampler
+from slm.train.evaluate import evaluate
+from slm.train.objectives import KDSchedule, distillation_loss, learnable_difficulty
+from slm.train.strategies import DDPStrategy, DeepSpeedStrategy
+
+
+def _train_config(d: dict) -> TrainConfig:
+    return from_dict(TrainConfig, d, prefix="train.")
+
+
+def lora_wrap(model: GPT, lora: LoraConfig) -> torch.nn.Module:
+    """Freeze the dense model and add LoRA adapters (peft) on the named Linear layers."""
+    from peft import LoraConfig as PeftLora
+    from peft import inject_adapter_in_model
+
+    config = PeftLora(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                      target_modules=list(lora.targets))
+    model = inject_adapter_in_model(config, model)
+    for name, p in model.named_parameters():
+        p.requires_grad = "lora_" in name
+    return model
+
+
+def lora_merged(model: torch.nn.Module, cfg) -> GPT:
+    """Fold the adapters into the weights: W + (α/r)·B·A, returned as a plain dense GPT."""
+    state = {}
+    params = dict(model.named_parameters())
+    for name, p in params.items():
+        if "lora_" in name:
+            continue
+        if name.endswith(".base_layer.weight"):
+            prefix = name[: -len(".base_layer.weight")]
+            module = model.get_submodule(prefix)
+            delta = module.get_delta_weight("default")
+            state[f"{prefix}.weight"] = (p + delta).detach().clone()
+        else:
+            state[name] = p.detach().clone()
+    dense = GPT(cfg)
+    dense.load_state_dict(state, strict=True)
+    return dense
+
+
+class TrainLoop:
+    def __init__(self, spec: dict):
+        import ray.train
+
+        ctx = ray.train.get_context()
+        self.rank, self.world = ctx.get_world_rank(), ctx.get_world_size()
+        self.spec = spec
+        self.train = _train_config(spec["train"])
+        self.teacher_cfg = from_dict(TeacherConfig, spec.get("teacher") or {}, prefix="teacher.")
+        self.lora = from_dict(LoraConfig, spec.get("lora") or {}, prefix="lora.")
+        self.arch = spec["arch"]
+        self.output = Path(spec["output"])
+        torch.set_num_threads(self.train.torch_threads)
+        torch.manual_seed(self.train.seed)  # identical initial weights on every rank
+
+        # ---- model
+        model = load_dense(spec["init"]) if spec.get("init") else build_model(self.arch)
+        self.dense_config = model.config
+        if self.lora.rank:
+            model = lora_wrap(model, self.lora)
+        self.method = self.arch["method"] if not spec.get("init") else "generic"
+
+        # ---- data
+        self.data = PackedArrays.open(spec["data"])
+        rows = np.load(spec["rows"]) if spec.get("rows") else np.arange(len(self.data))
+        seed = self.train.seed
+        if self.method in ("mixture", "projected"):
+            self.sampler = ClusterSampler(np.asarray(self.data.coarse), self.arch["n_experts"], seed)
+        elif self.method == "soup":
+            self.sampler = MixtureSampler(np.asarray(self.data.coarse), self.arch["n_domains"],
+                                          spec.get("soup_active", 2), seed)
+        else:
+            self.sampler = UniformSampler(rows, seed)
+        self.valid = {d: PackedArrays.open(p) for d, p in (spec.get("valid") or {}).items()}
+        self.domain_h = spec.get("domain_h") or {}
+
+        # ---- teacher (distillation, SALT)
+        self.teacher = None
+        self.kd = KDSchedule(self.teacher_cfg.omega, self.teacher_cfg.kd_steps, self.teacher_cfg.transition)
+        if self.teacher_cfg.checkpoint:
+            self.teacher = load_dense(self.teacher_cfg.checkpoint).eval()
+            for p in self.teacher.parameters():
+                p.requires_grad = False
+            if self.teacher.config.vocab_size != self.dense_config.vocab_size:
+                raise ValueError(f"teacher {self.teacher_cfg.checkpoint} has vocabulary "
+                                 f"{self.teacher.config.vocab_size}, the student {self.dense_config.vocab_size}")
+        self.kd_sampler = None
+
+        # ---- costs per step
+        self.tokens_per_step = self.train.batch_size * self.data.seq_len * self.world
+        self.flops_per_step = (dense_flops_per_token(self.dense_config) * self.tokens_per_step
+                               + step_overhead_flops(model, self.arch if not spec.get("init") else {"method": "generic"}))
+        self.teacher_flops_per_step = (dense_flops_per_token(self.teacher.config, training=False)
+                                       * self.tokens_per_step if self.teacher else 0.0)
+        horizon = horizon_steps(from_dict(BudgetConfig, spec["train"]["budget"]), self.tokens_per_step,
+                                self.flops_per_step)
+
+        # ---- strategy
+        optim = from_dict(OptimConfig, spec["train"]["optim"])
+        if self.train.strategy == "deepspeed":
+            self.strategy = DeepSpeedStrategy(model, optim, horizon, zero_stage=self.train.zero_stage,
+                                              micro_batch=self.train.batch_size, use_gpu=self.train.use_gpu)
+        else:
+            self.strategy = DDPStrategy(model, optim, horizon, distributed=self.world > 1,
+                                        find_unused_parameters=self.method == "mixture")
+        self.device = next(self.strategy.model.parameters()).device
+        if self.teacher is not None:
+            self.teacher.to(self.device)
+        self.progress = Progress()
+        self.finished = False
+        self.initial_eval: dict | None = None
+        self.last_eval: dict | None = None
+        self.callbacks: list[cb.Callback] = [
+            cb.Throughput(), cb.Evaluator(), cb.Checkpointer(),
+            cb.MetricsLogger(self.output / "logs"), cb.ProgressPrinter(spec["name"]),
+        ]
+
+    # ------------------------------------------------------------------------------------ state
+
+    def save_state(self, folder: Path) -> None:
+        self.strategy.save(folder, self.rank)
+        worker = {"rng": torch.get_rng_state()}
+        if self.rank == 0:
+            worker.update(progress=self.progress.state_dict(), sampler=self.sampler.state_dict(),
+                          initial_eval=self.initial_eval)
+            if self.kd_sampler is not None:
+                np.save(folder / "selection.npy", self.kd_sampler.rows)
+        torch.save(worker, folder / f"worker-{self.rank}.pt")
+
+    def load_state(self, folder: Path) -> None:
+        self.strategy.load(folder)
+        mine = torch.load(folder / f"worker-{self.rank}.pt", weights_only=True)
+        lead = mine if self.rank == 0 else torch.load(folder / "worker-0.pt", weights_only=True)
+        torch.set_rng_state(mine["rng"])
+        self.progress.load_state_dict(lead["progress"])
+        self.sampler.load_state_dict(lead["sampler"])
+        self.initial_eval = lead.get("initial_eval")
+        if (folder / "selection.npy").exists():
+            self.kd_sampler = UniformSampler(np.load(folder / "selection.npy"), self.train.seed + 1)
+
+    # ------------------------------------------------------------------------------------ model use
+
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor, coarse: torch.Tensor, step: int):
+        model = self.strategy.model
+        if self.method in ("mixture", "projected"):
+            return model(inputs, coarse, targets)
+        if self.method == "soup":
+            return model(inputs, self.sampler.context(step).to(self.device), targets)
+        return model(inputs, targets)
+
+    def raw_model(self) -> torch.nn.Module:
+        return self.strategy.raw
+
+    def serving_forward(self, domain: str):
+        """The dense model a domain is served by (instantiated for mixture / projected / soup)."""
+        raw = self.raw_model()
+        if self.method in DENSE_METHODS:
+            return lambda x: raw(x.to(self.device)).logits
+        dense, _ = instantiate(raw, self.arch, self.domain_h[domain])
+        return lambda x: dense(x.to(self.device)).logits
+
+    def run_evaluation(self) -> dict:
+        was_training = self.raw_model().training
+        self.raw_model().eval()
+        valid = self.valid
+        if self.method not in DENSE_METHODS:
+            valid = {d: v for d, v in valid.items() if d in self.domain_h}
+        result = evaluate(self.serving_forward, valid, self.train.eval_tokens, self.train.batch_size,
+                          self.rank, self.world)
+        self.raw_model().train(was_training)
+        return result
+
+    # ------------------------------------------------------------------------------------ SALT-DS
+
+    def select_hard_but_learnable(self) -> None:
+        """SALT-DS: score every training sequence with the teacher (ranks split the rows, then gather),
+        keep the top ``keep`` share by median learnable-token loss for the KD phase."""
+        sel = self.spec["selection"]
+        rows = np.arange(len(self.data))
+        mine = rows[self.rank::self.world]
+        scores = np.empty(len(mine), dtype=np.float64)
+        with torch.no_grad():
+            for start in range(0, len(mine), 32):
+                tokens, _ = self.data.take(mine[start:start + 32])
+                tokens = torch.from_numpy(tokens).to(self.device)
+                logits = self.teacher(tokens[:, :-1]).logits
+                scores[start:start + len(tokens)] = learnable_difficulty(logits, tokens[:, 1:], sel["topk"]).cpu()
+        all_scores = np.empty(len(rows))
+        if self.world > 1:
+            gathered = [None] * self.world
+            dist.all_gather_object(gathered, scores)
+            for r, part in enumerate(gathered):
+                all_scores[r::self.world] = part
+        else:
+            all_scores[:] = scores
+        keep = max(1, int(round(sel["keep"] * len(rows))))
+        chosen = np.sort(np.argsort(-all_scores, kind="stable")[:keep])
+        self.kd_sampler = UniformSampler(chosen, self.train.seed + 1)
+        self.progress.flops += float(dense_flops_per_token(self.teacher.config, training=False)
+                                     * len(rows) * self.data.seq_len)
+
+    # ------------------------------------------------------------------------------------ the loop
+
+    def agreed_device_seconds(self, local: float) -> float:
+        """Wall-clock budgets must stop every rank at the same step: take the slowest rank's clock."""
+        if self.world > 1 and self.train.budget.device_seconds and dist.is_initialized():
+            t = torch.tensor([local], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            return float(t)
+        return local
+
+    def gather(self, value):
+        """``value`` from every rank, in rank order (a collective)."""
+        if self.world == 1 or not dist.is_initialized():
+            return [value]
+        out = [None] * self.world
+        dist.all_gather_object(out, value)
+        return out
+
+    def mean_over_ranks(self, values: list[float], needed: bool) -> list[float]:
+        """The logged losses are the mean over ranks (only at logging steps: it is a collective)."""
+        if not needed or self.world == 1 or not dist.is_initialized():
+            return values
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t)
+        return (t / self.world).tolist()
+
+    def fit(self) -> dict:
+        import ray.train
+
+        checkpoint = ray.train.get_checkpoint()
+        if checkpoint:
+            with checkpoint.as_directory() as folder:
+                self.load_state(Path(folder))
+            if self.rank == 0:
+                print(f"[train] {self.spec['name']}: resumed at step {self.progress.step}", flush=True)
+        elif self.teacher is not None and self.spec.get("selection", {}).get("enabled"):
+            self.select_hard_but_learnable()
+        for c in self.callbacks:
+            c.on_train_start(self)
+        model = self.strategy.model
+        model.train()
+        metrics: dict = {}
+        budget = self.train.budget
+        while not (self.finished or exhausted(budget, self.progress)):
+            step = self.progress.step
+            started = cb.timer()
+            omega = self.kd.weight(step) if self.teacher is not None else 0.0
+            sampler = self.kd_sampler if (self.kd_sampler is not None and omega > 0) else self.sampler
+            rows = sampler.indices(step, self.rank, self.world, self.train.batch_size)
+            tokens, coarse = self.data.take(rows)
+            tokens = torch.from_numpy(tokens).to(self.device)
+            inputs, targets = tokens[:, :-1], tokens[:, 1:]
+            out = self.forward(inputs, targets, torch.from_numpy(coarse).to(self.device), step)
+            ce = out.loss
+            loss, kd = ce, None
+            if omega > 0:
+                with torch.no_grad():
+                    teacher_logits = self.teacher(inputs).logits
+                loss, kd = distillation_loss(ce, out.logits, teacher_logits, omega, self.teacher_cfg.temperature)
+            grad_norm = self.strategy.step(loss)
+            elapsed = cb.timer() - started
+            p = self.progress
+            p.step += 1
+            p.tokens += self.tokens_per_step
+            p.flops += self.flops_per_step + (self.teacher_flops_per_step if omega > 0 else 0.0)
+            p.device_seconds = self.agreed_device_seconds(p.device_seconds + elapsed * self.world)
+            self.finished = exhausted(budget, p) is not None
+            losses = self.mean_over_ranks([loss.item(), ce.item()] + ([kd.item()] if kd is not None else []),
+                                          cb.is_log_step(self))
+            metrics = {"step": p.step, "loss": losses[0], "ce": losses[1], "lr": self.strategy.lr,
+                       "grad_norm": grad_norm, "tokens": p.tokens, "flops": p.flops,
+                       "device_seconds": p.device_seconds, "wall_time": time.time()}
+            if kd is not None:
+                metrics.update(kd=losses[2], omega=omega)
+            for c in self.callbacks:
+                c.on_step_end(self, metrics)
+        if not self.finished:  # resumed after the last step: nothing left to train, still report
+            self.finished = True
+        summary = self.finish(metrics)
+        for c in self.callbacks:
+            c.on_train_end(self, metrics)
+        return summary
+
+    def finish(self, last: dict) -> dict:
+        """Rank 0 writes the final model and ``summary.json``; every rank takes part in the gathers."""
+        from slm.artifacts import atomic_write_json
+
+        raw = self.raw_model()
+        if isinstance(self.strategy, DeepSpeedStrategy):
+            state = self.strategy.full_state_dict()
+            raw = build_model(self.arch) if not self.spec.get("init") else GPT(self.dense_config)
+            raw.load_state_dict(state)
+        if self.lora.rank:
+            raw = lora_merged(raw, self.dense_config)
+        summary = {
+            "name": self.spec["name"], "method": self.arch["method"], "steps": self.progress.step,
+            "stopped_by": exhausted(self.train.budget, self.progress),
+            "final_loss": last.get("loss"), "cost": {"flops": self.progress.flops,
+                                                    "device_seconds": self.progress.device_seconds},
+            "tokens": self.progress.tokens, "workers": self.world, "strategy": self.train.strategy,
+            "eval_before": self.initial_eval, "eval": self.last_eval,
+        }
+        summary["peak_rss_mb"] = self.gather(round(peak_rss_mb(), 1))
+        if self.rank == 0:
+            self.output.mkdir(parents=True, exist_ok=True)
+            arch = self.arch if not self.spec.get("init") else {"method": "generic"}
+            save_model(raw.cpu(), arch, self.output / "model.safetensors",
+                       {"steps": self.progress.step, "name": self.spec["name"]})
+            atomic_write_json(self.output / "summary.json", summary)
+        return summary
+
+
+def peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def train_worker(spec: dict) -> None:
+    """The function ``TorchTrainer`` runs on every worker."""
+    TrainLoop(spec).fit()

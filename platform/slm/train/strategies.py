@@ -1,0 +1,150 @@
+"""Parallelism, applied outside the model: DDP (gloo on CPU, nccl on GPU) or DeepSpeed ZeRO 1/2/3.
+
+A strategy owns the wrapped model, the optimizer and the LR schedule, and knows how to step, save and
+load them. The loop only calls ``forward``, ``step(loss)``, ``save(dir)`` and ``load(dir)``.
+
+Checkpoint layout (one Ray Train checkpoint directory, every rank writing into it; Ray merges them):
+- DDP: ``trainer.pt`` from rank 0 (model, optimizer, scheduler), loaded with ``weights_only=True``;
+- DeepSpeed: ``deepspeed/`` from ``engine.save_checkpoint`` on every rank — rank 0's model states plus
+  each rank's optimizer shard (``zero_pp_rank_<r>_…``), so a ZeRO run restores its own partitions;
+- every rank: ``worker-<rank>.pt`` with its RNG states; rank 0 adds the loop's progress and sampler.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from slm.config import OptimConfig
+
+
+def lr_lambda(optim: OptimConfig, horizon: int | None):
+    """Linear warm-up, then cosine from 1 to ``min_lr_ratio`` over ``horizon`` steps (constant if None)."""
+
+    def factor(step: int) -> float:
+        if optim.warmup_steps and step < optim.warmup_steps:
+            return (step + 1) / optim.warmup_steps
+        if not horizon or horizon <= optim.warmup_steps:
+            return 1.0
+        progress = min(1.0, (step - optim.warmup_steps) / (horizon - optim.warmup_steps))
+        return optim.min_lr_ratio + (1 - optim.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Weight decay on matrices only (not norms, not the soup router's biases)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    rest = [p for p in params if p.dim() < 2]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
+def make_optimizer(model: nn.Module, optim: OptimConfig, horizon: int | None, fused: bool = False):
+    """AdamW and its schedule. ``fused``: torch's single-kernel AdamW (DDP; DeepSpeed's ZeRO wrapper
+    steps the optimizer over its own flattened partitions, so it gets the default implementation)."""
+    opt = torch.optim.AdamW(param_groups(model, optim.weight_decay), lr=optim.lr,
+                            betas=(optim.beta1, optim.beta2), eps=1e-8, fused=fused or None)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(optim, horizon))
+
+
+class DDPStrategy:
+    """Plain PyTorch data parallelism; with ``world == 1`` (Ray Train local mode) no wrapper at all."""
+
+    name = "ddp"
+
+    def __init__(self, model: nn.Module, optim: OptimConfig, horizon: int | None, *, distributed: bool,
+                 find_unused_parameters: bool = False):
+        self.raw = model
+        self.optimizer, self.scheduler = make_optimizer(model, optim, horizon, fused=True)
+        self.grad_clip = optim.grad_clip
+        if distributed:
+            import ray.train.torch
+
+            self.model = ray.train.torch.prepare_model(
+                model, parallel_strategy_kwargs={"find_unused_parameters": find_unused_parameters})
+        else:
+            self.model = model
+
+    def step(self, loss: torch.Tensor) -> float:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = (torch.nn.utils.clip_grad_norm_(self.raw.parameters(), self.grad_clip)
+                if self.grad_clip else torch.tensor(0.0))
+        self.optimizer.step()
+        self.scheduler.step()
+        return float(norm)
+
+    @property
+    def lr(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+    def save(self, folder: Path, rank: int) -> None:
+        if rank == 0:
+            torch.save({"model": self.raw.state_dict(), "optimizer": self.optimizer.state_dict(),
+                        "scheduler": self.scheduler.state_dict()}, folder / "trainer.pt")
+
+    def load(self, folder: Path) -> None:
+        state = torch.load(folder / "trainer.pt", map_location="cpu", weights_only=True)
+        self.raw.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+class DeepSpeedStrategy:
+    """``deepspeed.initialize`` inside the worker (as in Ray's DeepSpeed guide), ZeRO stage from config.
+
+    The optimizer is torch's AdamW handed to DeepSpeed (``zero_allow_untested_optimizer``): the same
+    update as the DDP strategy, and no C++ Adam to compile on CPU."""
+
+    name = "deepspeed"
+
+    def __init__(self, model: nn.Module, optim: OptimConfig, horizon: int | None, *, zero_stage: int,
+                 micro_batch: int, use_gpu: bool):
+        import deepspeed
+
+        self.raw = model
+        opt, sched = make_optimizer(model, optim, horizon)
+        config = {
+            "train_micro_batch_size_per_gpu": micro_batch,
+            "gradient_accumulation_steps": 1,
+            "gradient_clipping": optim.grad_clip,
+            "zero_optimization": {"stage": zero_stage},
+            "zero_allow_untested_optimizer": True,
+            "bf16": {"enabled": bool(use_gpu and torch.cuda.is_bf16_supported())},
+            "steps_per_print": 1 << 30,
+            "wall_clock_breakdown": False,
+        }
+        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=model, optimizer=opt, lr_scheduler=sched, config=config, dist_init_required=False)
+        self.model = self.engine
+
+    def step(self, loss: torch.Tensor) -> float:
+        self.engine.backward(loss)
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        return float(norm) if norm is not None else 0.0
+
+    @property
+    def lr(self) -> float:
+        return self.engine.get_lr()[0]
+
+    def save(self, folder: Path, rank: int) -> None:
+        self.engine.save_checkpoint(str(folder / "deepspeed"), tag="state")
+
+    def load(self, folder: Path) -> None:
+        path, _ = self.engine.load_checkpoint(str(folder / "deepspeed"), tag="state")
+        if path is None:
+            raise FileNotFoundError(f"no DeepSpeed state under {folder / 'deepspeed'}")
+
+    def full_state_dict(self) -> dict:
+        """The unsharded weights on every rank (ZeRO-3 gathers its partitions)."""
+        if self.engine.zero_optimization_partition_weights():
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters(list(self.raw.parameters()), modifier_rank=None):
+                return {k: v.detach().clone() for k, v in self.raw.state_dict().items()}
+        return self.raw.state_dict()

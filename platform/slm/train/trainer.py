@@ -1,0 +1,278 @@
+"""The driver side: turn a job's ``pretrain`` / ``specialize`` section into a worker spec and run it
+on Ray Train's ``TorchTrainer``.
+
+Outputs of a run named N: ``<run dir>/checkpoints/N/`` (pretraining) or
+``<run dir>/specialized/<domain>/N/`` (specialization), each holding ``model.safetensors``,
+``summary.json``, ``logs/metrics.jsonl``, ``logs/tensorboard/`` and ``manifest.json`` (complete last).
+Ray Train's own state (checkpoints, the checkpoint manager's snapshot) lives in
+``<run dir>/ray_train/N-<spec hash>/``: running the same stage again with the same config resumes
+from its latest checkpoint; a complete manifest with the same hash skips the stage.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from slm.artifacts import is_complete, read_manifest, write_manifest
+from slm.config import (
+    ConfigError,
+    JobConfig,
+    PretrainConfig,
+    SpecializeConfig,
+    TrainConfig,
+    config_hash,
+    to_dict,
+)
+
+
+class TrainingInputError(ConfigError):
+    """A training stage's inputs do not fit its config: the message names the key or file."""
+
+
+# ----------------------------------------------------------------------------------------- inputs
+
+
+def vocab_size(run_dir: Path, cfg: JobConfig) -> int:
+    from slm.data import tokenizers
+    from slm.pipeline import require
+
+    path = require(run_dir / cfg.tokenizer.output / "tokenizer.json", "tokenizer")
+    return tokenizers.load(str(path)).get_vocab_size()
+
+
+def cluster_info(run_dir: Path, cfg: JobConfig) -> dict:
+    from slm.pipeline import require
+
+    return json.loads(require(run_dir / cfg.cluster.output / "clusters.json", "cluster").read_text())
+
+
+def coarse_histograms(run_dir: Path, cfg: JobConfig) -> dict[str, list[float]]:
+    """Each domain's smoothed leaf histogram summed into its coarse clusters (leaf = coarse·fine_k + j)."""
+    from slm.pipeline import require
+
+    info = cluster_info(run_dir, cfg)
+    hist = json.loads(require(run_dir / cfg.histogram.output / "histograms.json", "histogram").read_text())
+    per_coarse = max(1, info["fine_k"])
+    out = {}
+    for domain, h in hist["domains"].items():
+        p = np.asarray(h["p"], dtype=np.float64)
+        out[domain] = (p.reshape(info["k"], per_coarse).sum(1) / p.sum()).tolist()
+    return out
+
+
+def packed(run_dir: Path, cfg: JobConfig, name: str) -> Path:
+    from slm.pipeline import require
+    from slm.train.data import materialize
+
+    return materialize(require(run_dir / cfg.pack.output / name, "pack"))
+
+
+def valid_sets(run_dir: Path, cfg: JobConfig, domains: list[str]) -> dict[str, str]:
+    from slm.train.data import materialize
+
+    out = {}
+    for d in domains:
+        folder = run_dir / cfg.pack.output / "valid" / d
+        if (folder / "data").exists():
+            out[d] = str(materialize(folder))
+    if not out:
+        print(f"[train] no valid split packed under {run_dir / cfg.pack.output / 'valid'} "
+              f"(pack.sets without 'valid'): no evaluation", flush=True)
+    return out
+
+
+def gpt_config(model_cfg, vocab: int, seq_len: int):
+    from slm.models.gpt import GPTConfig, preset
+
+    if model_cfg.depth:
+        cfg = GPTConfig.from_depth(model_cfg.depth, vocab_size=vocab, seq_len=seq_len)
+        cfg.validate()
+        return cfg
+    return preset(model_cfg.preset, vocab_size=vocab, seq_len=seq_len)
+
+
+# ----------------------------------------------------------------------------------------- Ray Train
+
+
+def fit(spec: dict, train: TrainConfig, storage: Path, ray_name: str) -> dict:
+    """Run ``train_worker(spec)`` on a TorchTrainer; return rank 0's summary."""
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from slm.train.loop import train_worker
+
+    resources = None if train.use_gpu else {"CPU": train.cpus_per_worker}
+    trainer = TorchTrainer(
+        train_worker,
+        train_loop_config=spec,
+        torch_config=TorchConfig(backend="nccl" if train.use_gpu else "gloo"),
+        scaling_config=ScalingConfig(num_workers=train.num_workers, use_gpu=train.use_gpu,
+                                     resources_per_worker=resources),
+        run_config=RunConfig(
+            name=ray_name, storage_path=str(storage.resolve()),
+            failure_config=FailureConfig(max_failures=train.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=max(1, train.keep_checkpoints)),
+        ),
+    )
+    trainer.fit()  # raises TrainingFailedError once max_failures is spent
+    return json.loads((Path(spec["output"]) / "summary.json").read_text())
+
+
+def _run(kind: str, spec: dict, train: TrainConfig, out: Path, run_dir: Path, extra: dict) -> dict:
+    digest = config_hash(spec)
+    if is_complete(out, digest):
+        print(f"[train] {spec['name']}: complete and current in {out}, skipped", flush=True)
+        return read_manifest(out)
+    if train.num_workers:
+        from slm.runtime import init_ray
+
+        init_ray(extra.pop("_ray"))
+    else:
+        extra.pop("_ray")
+    started = time.perf_counter()
+    summary = fit(spec, train, run_dir / "ray_train", f"{spec['name'].replace('/', '-')}-{digest[:8]}")
+    manifest = {"stage": kind, "config_hash": digest, **summary, **extra,
+                "wall_seconds": round(time.perf_counter() - started, 1),
+                "model": str(out / "model.safetensors")}
+    return write_manifest(out, manifest)
+
+
+def base_spec(name: str, train: TrainConfig, out: Path) -> dict:
+    return {"name": name, "train": to_dict(train), "output": str(out.resolve())}
+
+
+# ----------------------------------------------------------------------------------------- stages
+
+
+def pretrain(cfg: JobConfig, run_dir: Path) -> dict:
+    from slm.models.registry import architecture
+
+    p: PretrainConfig = cfg.pretrain
+    if p.data:
+        from slm.train.data import materialize
+
+        data = materialize(p.data)
+    elif p.method in ("importance", "dsir"):
+        data = packed(run_dir, cfg, f"resampled/{cfg.resample.domain}/{'crisp' if p.method == 'importance' else 'dsir'}")
+    else:
+        data = packed(run_dir, cfg, "generic")
+    seq_len = int(np.load(data / "tokens.npy", mmap_mode="r").shape[1]) - 1
+    info = cluster_info(run_dir, cfg) if p.method in ("mixture", "projected", "soup") else {"k": 1}
+    arch = architecture(p.method, gpt_config(p.model, vocab_size(run_dir, cfg), seq_len),
+                        n_experts=p.model.n_experts or info["k"], expert_dim=p.model.expert_dim,
+                        bank_size=p.model.bank_size, soup_experts=p.model.soup_experts,
+                        soup_domains=info["k"], soup_experts_on=p.model.soup_experts_on)
+    if p.method == "soup" and p.model.soup_active > info["k"]:
+        raise TrainingInputError(f"config key 'pretrain.model.soup_active': {p.model.soup_active} active domains "
+                                 f"but the clustering has only {info['k']} coarse clusters")
+    out = run_dir / p.output / p.run_name
+    domains = list(cfg.corpus.domains)
+    spec = {**base_spec(p.run_name, p.train, out), "arch": arch, "data": str(data),
+            "valid": valid_sets(run_dir, cfg, domains), "soup_active": p.model.soup_active,
+            "teacher": to_dict(p.teacher), "selection": to_dict(p.selection)}
+    if p.method in ("mixture", "projected", "soup"):
+        spec["domain_h"] = coarse_histograms(run_dir, cfg)
+    if p.teacher.checkpoint:
+        if not Path(p.teacher.checkpoint).exists():
+            raise TrainingInputError(f"config key 'pretrain.teacher.checkpoint': {p.teacher.checkpoint} does not exist")
+    elif p.selection.enabled:
+        raise TrainingInputError("config key 'pretrain.selection.enabled': SALT-DS scores with the teacher; "
+                                 "set pretrain.teacher.checkpoint")
+    import torch
+
+    from slm.models.registry import build_model
+
+    with torch.device("meta"):
+        model = build_model(arch)
+    params = sum(t.numel() for t in model.parameters())
+    extra = {"_ray": cfg.ray, "params": params, "data": str(data), "inference_flops_per_token": _inference_flops(arch)}
+    if p.teacher.checkpoint:
+        extra["teacher_cost"] = teacher_cost(Path(p.teacher.checkpoint))
+    return _run("pretrain", spec, p.train, out, run_dir, extra)
+
+
+def _inference_flops(arch: dict) -> int:
+    from slm.models.gpt import GPTConfig
+    from slm.train.budget import dense_flops_per_token
+
+    return dense_flops_per_token(GPTConfig(**arch["gpt"]), training=False)
+
+
+def teacher_cost(model_path: Path) -> dict:
+    """What a teacher cost to make: its folder's manifest (pretraining + specialization), if any."""
+    m = read_manifest(model_path.parent) or {}
+    total = {"flops": 0.0, "device_seconds": 0.0}
+    for key in ("pretrain_cost", "cost"):
+        for k in total:
+            total[k] += (m.get(key) or {}).get(k, 0.0)
+    return total
+
+
+def resolve_source(cfg: JobConfig, run_dir: Path, s: SpecializeConfig) -> Path:
+    source = s.source or cfg.pretrain.run_name
+    path = Path(source) if source.endswith(".safetensors") else run_dir / cfg.pretrain.output / source / "model.safetensors"
+    if not path.exists():
+        raise TrainingInputError(f"config key 'specialize.source': {path} does not exist "
+                                 f"(run the pretrain stage for {source!r} first, or give a model.safetensors)")
+    return path
+
+
+def domain_subset(arrays: Path, tokens: int, seed: int, where: str) -> np.ndarray:
+    """The in-domain data budget: the first ⌈tokens / seq_len⌉ sequences of a seeded permutation."""
+    data = np.load(arrays / "tokens.npy", mmap_mode="r")
+    seq_len = data.shape[1] - 1
+    need = math.ceil(tokens / seq_len)
+    if need > len(data):
+        raise TrainingInputError(f"config key 'specialize.domain_tokens': {tokens} tokens asked but {where} holds "
+                                 f"{len(data)} sequences ({len(data) * seq_len} tokens)")
+    return np.sort(np.random.default_rng(seed).permutation(len(data))[:need])
+
+
+def specialize(cfg: JobConfig, run_dir: Path) -> dict:
+    from slm.models.gpt import save_dense
+    from slm.models.registry import instantiate, load_model
+
+    s: SpecializeConfig = cfg.specialize
+    domain = s.domain or cfg.resample.domain
+    source = resolve_source(cfg, run_dir, s)
+    name = s.name or source.parent.name
+    out = run_dir / s.output / domain / name
+    hist = coarse_histograms(run_dir, cfg)
+    if domain not in hist:
+        raise TrainingInputError(f"config key 'specialize.domain': no histogram for {domain!r} "
+                                 f"(domains with one: {sorted(hist)})")
+    model, arch = load_model(source)
+    dense, chosen = instantiate(model, arch, hist[domain])
+    out.mkdir(parents=True, exist_ok=True)
+    init = out / "init.safetensors"
+    save_dense(dense, init, {"method": arch["method"], "source": str(source), **chosen})
+    arrays = packed(run_dir, cfg, f"domain/{domain}")
+    rows = domain_subset(arrays, s.domain_tokens, s.train.seed, str(run_dir / cfg.pack.output / "domain" / domain))
+    rows_path = out / "rows.npy"
+    np.save(rows_path, rows)
+    if s.teacher.checkpoint and not Path(s.teacher.checkpoint).exists():
+        raise TrainingInputError(f"config key 'specialize.teacher.checkpoint': {s.teacher.checkpoint} does not exist")
+    spec = {**base_spec(f"{domain}/{name}", s.train, out), "arch": {"method": "generic", "gpt": arch["gpt"]},
+            "init": str(init.resolve()), "data": str(arrays), "rows": str(rows_path.resolve()),
+            "valid": valid_sets(run_dir, cfg, [domain]), "teacher": to_dict(s.teacher), "lora": to_dict(s.lora),
+            "init_sha": _sha(init)}
+    pre = read_manifest(source.parent) or {}
+    extra = {"_ray": cfg.ray, "method": arch["method"], "domain": domain, "source": str(source), "source_method": arch["method"],
+             "instantiated": chosen, "domain_tokens": s.domain_tokens, "domain_sequences": int(len(rows)),
+             "pretrain_cost": pre.get("cost", {"flops": 0.0, "device_seconds": 0.0}),
+             "inference_flops_per_token": dense.flops_per_token(training=False),
+             "params": dense.num_params()}
+    if s.teacher.checkpoint:
+        extra["teacher_cost"] = teacher_cost(Path(s.teacher.checkpoint))
+    return _run("specialize", spec, s.train, out, run_dir, extra)
+
+
+def _sha(path: Path) -> str:
+    from slm.artifacts import file_sha256
+
+    return file_sha256(path)

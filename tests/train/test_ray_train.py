@@ -1,0 +1,111 @@
+"""Ray Train with 2 CPU workers over gloo: a real SIGKILL of a training worker mid-run (the run resumes
+from its last checkpoint and its losses after that point equal an uninterrupted run's), and DeepSpeed
+ZeRO-2 (every rank's optimizer shard checkpointed, the run resumed from it, the same losses as DDP)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+from safetensors.torch import load_file
+
+from slm.artifacts import read_manifest
+from slm.config import load_job
+from slm.train.trainer import pretrain
+from tests.conftest import train_overrides
+
+pytestmark = pytest.mark.ray
+
+TWO_WORKERS = ["pretrain.train.num_workers=2", "pretrain.train.log_every=1", "pretrain.train.report_every=0", "pretrain.train.batch_size=8",
+               "ray.include_dashboard=false"]
+
+
+def rows_by_step(folder) -> dict[int, dict]:
+    """The last logged row of every step (a resumed run logs the steps after its checkpoint twice)."""
+    out = {}
+    for line in (folder / "logs" / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        out[row["step"]] = row
+    return out
+
+
+def logged_steps(folder) -> list[int]:
+    return [json.loads(line)["step"] for line in (folder / "logs" / "metrics.jsonl").read_text().splitlines()]
+
+
+def train_workers() -> list[psutil.Process]:
+    me = psutil.Process(os.getpid())
+    return [p for p in me.children(recursive=True) if "RayTrainWorker" in " ".join(p.cmdline() or [])]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(train_run):
+    cfg = load_job(None, train_overrides(train_run, *TWO_WORKERS, "pretrain.name=ddp-reference",
+                                         "pretrain.train.budget.steps=200", "pretrain.train.checkpoint_every=50"))
+    return pretrain(cfg, cfg.run.dir), cfg.run.dir / "checkpoints" / "ddp-reference"
+
+
+def test_worker_sigkill_resumes_from_the_last_checkpoint(train_run, uninterrupted):
+    cfg = load_job(None, train_overrides(train_run, *TWO_WORKERS, "pretrain.name=ddp-killed",
+                                         "pretrain.train.budget.steps=200", "pretrain.train.checkpoint_every=50",
+                                         "pretrain.train.max_failures=1"))
+    out = cfg.run.dir / "checkpoints" / "ddp-killed"
+    killed: list[int] = []
+
+    def killer():
+        deadline = time.time() + 600
+        log = out / "logs" / "metrics.jsonl"
+        while time.time() < deadline and not killed:
+            if log.exists() and any(s >= 60 for s in logged_steps(out)):
+                victim = train_workers()[-1]
+                victim.send_signal(signal.SIGKILL)
+                killed.append(victim.pid)
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    m = pretrain(cfg, cfg.run.dir)
+    thread.join(timeout=1)
+    assert killed, "no training worker was killed"
+    steps = logged_steps(out)
+    assert m["steps"] == 200 and steps[-1] == 200
+    # the run went back to its step-50 checkpoint: steps 51.. were logged again after the kill
+    assert steps.count(51) == 2 and max(steps[: steps.index(51, steps.index(51) + 1)]) >= 60
+    ref, _ = uninterrupted
+    a, b = rows_by_step(uninterrupted[1]), rows_by_step(out)
+    for step in range(51, 201):
+        assert b[step]["loss"] == pytest.approx(a[step]["loss"], abs=1e-4), step
+    final_a = load_file(uninterrupted[1] / "model.safetensors")
+    final_b = load_file(out / "model.safetensors")
+    assert all((final_a[k] - final_b[k]).abs().max() < 1e-4 for k in final_a)
+
+
+def test_deepspeed_zero2_checkpoints_every_rank_and_resumes(train_run, uninterrupted):
+    args = [*TWO_WORKERS, "pretrain.name=zero2", "pretrain.train.strategy=deepspeed", "pretrain.train.zero_stage=2",
+            "pretrain.train.budget.steps=20", "pretrain.train.checkpoint_every=10"]
+    cfg = load_job(None, train_overrides(train_run, *args))
+    m = pretrain(cfg, cfg.run.dir)
+    out = cfg.run.dir / "checkpoints" / "zero2"
+    assert m["steps"] == 20 and m["strategy"] == "deepspeed"
+    (ray_dir,) = (cfg.run.dir / "ray_train").glob("zero2-*")
+    shards = sorted(p.name for p in (ray_dir / "step-00000020" / "deepspeed" / "state").iterdir())
+    assert any("zero_pp_rank_0" in s and "optim" in s for s in shards)
+    assert any("zero_pp_rank_1" in s and "optim" in s for s in shards)
+    # ZeRO-2 partitions the optimizer, not the arithmetic: the losses follow DDP's
+    ddp = rows_by_step(uninterrupted[1])
+    for step, row in rows_by_step(out).items():
+        assert row["loss"] == pytest.approx(ddp[step]["loss"], rel=1e-3), step
+    # the job dies after its last checkpoint: a rerun resumes from it (model, optimizer, progress) and
+    # has nothing left to train
+    before = load_file(out / "model.safetensors")
+    (out / "manifest.json").unlink()
+    again = pretrain(cfg, cfg.run.dir)
+    assert again["steps"] == 20 and logged_steps(out)[-1] == 20
+    after = load_file(out / "model.safetensors")
+    assert all(bool((before[k] == after[k]).all()) for k in before)
+    assert read_manifest(out)["complete"]
