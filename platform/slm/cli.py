@@ -96,6 +96,36 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    """A sweep spec's sweep and report (or, with --dry-run, its plan and estimated cost)."""
+    from slm.pipeline import run_job
+    from slm.tune.sweep import format_plan, plan
+
+    cfg = load_job(args.job, list(args.overrides))
+    if args.dry_run:
+        print(format_plan(plan(cfg, check_data=False)))
+        return 0
+    run_job(load_job(args.job, list(args.overrides) + ["stages=[sweep, report]"]))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from slm.tune.report import report
+
+    print(json.dumps(report(args.sweep, args.out), indent=2))
+    return 0
+
+
+def cmd_advise(args) -> int:
+    from slm.tune.advise import advise_sweep, format_advice
+
+    a = advise_sweep(args.sweep, pretrain_budget=args.pretrain_budget,
+                     specialization_budget=args.specialization_budget, inference_budget=args.inference_budget,
+                     domain_tokens=args.domain_tokens, domains=args.domains, unit=args.unit, domain=args.domain)
+    print(format_advice(a))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="slm", description="Small specialized language models under budgets, on Ray.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -146,6 +176,25 @@ def parser() -> argparse.ArgumentParser:
     train.add_argument("--domain", help="specialize: the domain (specialize.domain)")
     with_overrides(train, False)
     train.set_defaults(fn=cmd_train)
+
+    sweep = with_overrides(sub.add_parser("sweep", help="run a budget sweep on Ray Tune, then its report"), True)
+    sweep.add_argument("--dry-run", action="store_true", help="print the trial plan and estimated cost only")
+    sweep.set_defaults(fn=cmd_sweep)
+    rep = sub.add_parser("report", help="plots and a summary of a sweep's results")
+    rep.add_argument("sweep", help="a sweep folder (runs/<run>/sweeps/<name>) or its results.parquet")
+    rep.add_argument("--out", help="where to write (default: <sweep>/report)")
+    rep.set_defaults(fn=cmd_report)
+    adv = sub.add_parser("advise", help="which method and size win for your budgets, from a sweep")
+    adv.add_argument("--sweep", required=True, help="a sweep folder or its results.parquet")
+    adv.add_argument("--pretrain-budget", type=float, required=True, help="generic pretraining (FLOPs)")
+    adv.add_argument("--specialization-budget", type=float, required=True, help="per domain (FLOPs)")
+    adv.add_argument("--inference-budget", type=float, required=True, help="FLOPs per token served")
+    adv.add_argument("--domain-tokens", type=int, required=True, help="in-domain tokens you have")
+    adv.add_argument("--domains", type=int, default=1, help="N, the domains you will specialize for")
+    adv.add_argument("--domain", help="only rows of this domain")
+    adv.add_argument("--unit", choices=["flops", "device_seconds"], default="flops",
+                     help="the unit of the pretraining and specialization budgets")
+    adv.set_defaults(fn=cmd_advise)
     return p
 
 

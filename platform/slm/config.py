@@ -357,6 +357,9 @@ class PretrainConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)  # SALT: a small teacher for a larger student
     selection: SelectionConfig = field(default_factory=SelectionConfig)  # SALT-DS
+    # Steps at which the model is also saved for good (snapshots/step-N.safetensors, with its cost so far):
+    # one run then serves several pretraining budgets.
+    snapshot_steps: list[int] = field(default_factory=list)
     output: str = "checkpoints"
 
     @property
@@ -393,6 +396,48 @@ class SpecializeConfig:
             raise ConfigError(f"config key '{prefix}domain_tokens': must be positive, got {self.domain_tokens}")
 
 
+def size_config(size: str) -> ModelConfig:
+    """A sweep's size name → ModelConfig: ``d<depth>`` (nanochat's dial) or a preset name."""
+    if size.startswith("d") and size[1:].isdigit():
+        return ModelConfig(depth=int(size[1:]))
+    return ModelConfig(preset=size)
+
+
+@dataclass
+class SweepConfig:
+    """A budget sweep (Ray Tune): method × size × pretraining budget × domain × in-domain data size ×
+    specialization budget. Pretraining is paid once per (method, size) — once per domain for SLM-is,
+    whose pretraining set depends on it — and its snapshots serve as the pretraining budgets; every
+    other combination is a Tune trial that specializes one snapshot. The rest of each run's settings
+    come from the job's ``pretrain`` and ``specialize`` sections."""
+
+    name: str = "sweep"
+    methods: list[Literal["generic", "importance", "dsir", "mixture", "projected", "soup"]] = field(
+        default_factory=lambda: ["generic", "importance", "mixture", "projected", "soup"])
+    sizes: list[str] = field(default_factory=lambda: ["d2"])  # d<depth> or a preset name
+    pretrain_steps: list[int] = field(default_factory=lambda: [50, 100])  # pretraining budgets
+    domains: list[str] = field(default_factory=list)  # default: [resample.domain]
+    domain_tokens: list[int] = field(default_factory=lambda: [20000])  # in-domain data sizes
+    specialize_steps: list[int] = field(default_factory=lambda: [30])  # specialization budgets
+    inference_budget: float = 0.0  # the largest inference FLOPs per token a size may cost (0: no limit)
+    scheduler: Literal["fifo", "asha"] = "fifo"  # asha: stop weak specializations early (metric: loss)
+    max_concurrent_trials: int = 0  # 0: the cluster's CPUs (GPUs) ÷ what one trial's workers take
+    storage_path: str = ""  # Tune's state; default <run dir>/sweeps/<name>/tune (s3:// or NFS on a cluster)
+    assumed_mfu: float = 0.1  # for --dry-run's device-second estimate only
+    output: str = "sweeps"  # <run dir>/sweeps/<name>/: results.parquet, results.csv, report/
+
+    def validate(self, prefix: str = "") -> None:
+        for key in ("methods", "sizes", "pretrain_steps", "domain_tokens", "specialize_steps"):
+            if not getattr(self, key):
+                raise ConfigError(f"config key '{prefix}{key}': the sweep needs at least one value")
+        for key in ("pretrain_steps", "domain_tokens", "specialize_steps"):
+            bad = [v for v in getattr(self, key) if v <= 0]
+            if bad:
+                raise ConfigError(f"config key '{prefix}{key}': budgets must be positive, got {bad}")
+        if self.inference_budget < 0:
+            raise ConfigError(f"config key '{prefix}inference_budget': must be ≥ 0")
+
+
 @dataclass
 class JobConfig:
     """A job spec: the stages to run, in order, and every section they read."""
@@ -410,6 +455,7 @@ class JobConfig:
     pack: PackConfig = field(default_factory=PackConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     specialize: SpecializeConfig = field(default_factory=SpecializeConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
 
 
 # ----------------------------------------------------------------------------------------- loading

@@ -166,6 +166,23 @@ def stage_specialize(cfg: JobConfig, run_dir: Path) -> dict:
     return specialize(cfg, run_dir)
 
 
+def stage_sweep(cfg: JobConfig, run_dir: Path) -> dict:
+    """The budget sweep of ``sweep`` on Ray Tune: pretraining once per (method, size), trials for the rest."""
+    from slm.tune.sweep import run_sweep
+
+    return run_sweep(cfg)
+
+
+def stage_report(cfg: JobConfig, run_dir: Path) -> dict:
+    """The sweep's frontier plots and Markdown summary, under its folder's report/."""
+    from slm.tune.report import report
+    from slm.tune.sweep import sweep_dir
+
+    result = report(sweep_dir(cfg))
+    print(f"[report] {result['rows']} rows; plots {result['plots']} in {result['report']}", flush=True)
+    return result
+
+
 STAGES: dict[str, Stage] = {
     "corpus": stage_corpus,
     "stats": stage_stats,
@@ -177,6 +194,8 @@ STAGES: dict[str, Stage] = {
     "pack": stage_pack,
     "pretrain": stage_pretrain,
     "specialize": stage_specialize,
+    "sweep": stage_sweep,
+    "report": stage_report,
 }
 
 

@@ -117,6 +117,34 @@ class Evaluator(Callback):
             metrics.update({f"eval.{d}.{k}": v for d, r in result.items() for k, v in r.items() if k != "tokens"})
 
 
+class Snapshotter(Callback):
+    """The model as it is at given steps, kept for good: ``snapshots/step-<N>.safetensors`` plus its cost so
+    far in ``snapshots.json``. One pretraining run then serves several pretraining budgets (the sweeps
+    specialize from each snapshot)."""
+
+    def __init__(self, steps: list[int]):
+        self.steps = set(steps)
+
+    def on_step_end(self, loop, metrics: dict) -> None:
+        step = loop.progress.step
+        if step not in self.steps:
+            return
+        model = loop.exported_model()  # every rank: a gather under ZeRO-3
+        if loop.rank != 0:
+            return
+        from slm.artifacts import atomic_write_json
+
+        folder = loop.output / "snapshots"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"step-{step:08d}.safetensors"
+        loop.write_model(model, path)
+        index = folder / "snapshots.json"
+        known = json.loads(index.read_text()) if index.exists() else {}
+        known[str(step)] = {"model": str(path), "step": step, "tokens": loop.progress.tokens,
+                            "cost": {"flops": loop.progress.flops, "device_seconds": loop.progress.device_seconds}}
+        atomic_write_json(index, known)
+
+
 class Checkpointer(Callback):
     """Every ``checkpoint_every`` steps and at the end: every rank writes its part of the state into a
     temporary folder and reports it synchronously (Ray merges the ranks' folders into one checkpoint;

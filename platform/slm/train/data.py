@@ -29,7 +29,7 @@ def materialize(packed_dir: str | Path) -> Path:
     """``<packed_dir>/data/*.parquet`` → ``<packed_dir>/arrays/{tokens,coarse,leaf}.npy`` (skipped when done)."""
     import pyarrow.parquet as pq
 
-    packed_dir = Path(packed_dir).expanduser()
+    packed_dir = Path(packed_dir).expanduser().resolve()  # workers run elsewhere: absolute paths only
     out = packed_dir / ARRAYS
     files = sorted((packed_dir / "data").glob("*.parquet"))
     if not files:

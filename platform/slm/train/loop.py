@@ -139,7 +139,7 @@ class TrainLoop:
         self.initial_eval: dict | None = None
         self.last_eval: dict | None = None
         self.callbacks: list[cb.Callback] = [
-            cb.Throughput(), cb.Evaluator(), cb.Checkpointer(),
+            cb.Throughput(), cb.Evaluator(), cb.Snapshotter(spec.get("snapshot_steps") or []), cb.Checkpointer(),
             cb.MetricsLogger(self.output / "logs"), cb.ProgressPrinter(spec["name"]),
         ]
 
@@ -314,13 +314,7 @@ class TrainLoop:
         """Rank 0 writes the final model and ``summary.json``; every rank takes part in the gathers."""
         from slm.artifacts import atomic_write_json
 
-        raw = self.raw_model()
-        if isinstance(self.strategy, DeepSpeedStrategy):
-            state = self.strategy.full_state_dict()
-            raw = build_model(self.arch) if not self.spec.get("init") else GPT(self.dense_config)
-            raw.load_state_dict(state)
-        if self.lora.rank:
-            raw = lora_merged(raw, self.dense_config)
+        raw = self.exported_model()
         summary = {
             "name": self.spec["name"], "method": self.arch["method"], "steps": self.progress.step,
             "stopped_by": exhausted(self.train.budget, self.progress),
@@ -332,11 +326,26 @@ class TrainLoop:
         summary["peak_rss_mb"] = self.gather(round(peak_rss_mb(), 1))
         if self.rank == 0:
             self.output.mkdir(parents=True, exist_ok=True)
-            arch = self.arch if not self.spec.get("init") else {"method": "generic"}
-            save_model(raw.cpu(), arch, self.output / "model.safetensors",
-                       {"steps": self.progress.step, "name": self.spec["name"]})
+            self.write_model(raw, self.output / "model.safetensors")
             atomic_write_json(self.output / "summary.json", summary)
         return summary
+
+    def exported_model(self) -> torch.nn.Module:
+        """The trained model as one plain module (a collective under DeepSpeed ZeRO-3, which gathers
+        its partitions; LoRA adapters folded into the weights)."""
+        raw = self.raw_model()
+        if isinstance(self.strategy, DeepSpeedStrategy):
+            state = self.strategy.full_state_dict()
+            raw = build_model(self.arch) if not self.spec.get("init") else GPT(self.dense_config)
+            raw.load_state_dict(state)
+        if self.lora.rank:
+            raw = lora_merged(raw, self.dense_config)
+        return raw
+
+    def write_model(self, model: torch.nn.Module, path: Path) -> None:
+        arch = self.arch if not self.spec.get("init") else {"method": "generic"}
+        # safetensors copies device tensors to host itself: the live model is never moved.
+        save_model(model, arch, path, {"steps": self.progress.step, "name": self.spec["name"]})
 
 
 def peak_rss_mb() -> float:

@@ -117,10 +117,21 @@ def fit(spec: dict, train: TrainConfig, storage: Path, ray_name: str) -> dict:
             name=ray_name, storage_path=str(storage.resolve()),
             failure_config=FailureConfig(max_failures=train.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=max(1, train.keep_checkpoints)),
+            callbacks=_tune_callbacks(),
         ),
     )
     trainer.fit()  # raises TrainingFailedError once max_failures is spent
     return json.loads((Path(spec["output"]) / "summary.json").read_text())
+
+
+def _tune_callbacks() -> list:
+    """Inside a Tune trial (a sweep), forward Ray Train's reports to Tune so schedulers see them."""
+    try:
+        from ray.tune.integration.ray_train import TuneReportCallback
+
+        return [TuneReportCallback()]
+    except RuntimeError:  # "must be used in a Tune session": a plain run
+        return []
 
 
 def _run(kind: str, spec: dict, train: TrainConfig, out: Path, run_dir: Path, extra: dict) -> dict:
@@ -140,6 +151,14 @@ def _run(kind: str, spec: dict, train: TrainConfig, out: Path, run_dir: Path, ex
                 "wall_seconds": round(time.perf_counter() - started, 1),
                 "model": str(out / "model.safetensors")}
     return write_manifest(out, manifest)
+
+
+def _teacher(teacher) -> dict:
+    """The teacher section for the workers, its checkpoint path made absolute (workers run elsewhere)."""
+    d = to_dict(teacher)
+    if d["checkpoint"]:
+        d["checkpoint"] = str(Path(d["checkpoint"]).expanduser().resolve())
+    return d
 
 
 def base_spec(name: str, train: TrainConfig, out: Path) -> dict:
@@ -174,7 +193,8 @@ def pretrain(cfg: JobConfig, run_dir: Path) -> dict:
     domains = list(cfg.corpus.domains)
     spec = {**base_spec(p.run_name, p.train, out), "arch": arch, "data": str(data),
             "valid": valid_sets(run_dir, cfg, domains), "soup_active": p.model.soup_active,
-            "teacher": to_dict(p.teacher), "selection": to_dict(p.selection)}
+            "teacher": _teacher(p.teacher), "selection": to_dict(p.selection),
+            "snapshot_steps": sorted(p.snapshot_steps)}
     if p.method in ("mixture", "projected", "soup"):
         spec["domain_h"] = coarse_histograms(run_dir, cfg)
     if p.teacher.checkpoint:
@@ -259,7 +279,7 @@ def specialize(cfg: JobConfig, run_dir: Path) -> dict:
         raise TrainingInputError(f"config key 'specialize.teacher.checkpoint': {s.teacher.checkpoint} does not exist")
     spec = {**base_spec(f"{domain}/{name}", s.train, out), "arch": {"method": "generic", "gpt": arch["gpt"]},
             "init": str(init.resolve()), "data": str(arrays), "rows": str(rows_path.resolve()),
-            "valid": valid_sets(run_dir, cfg, [domain]), "teacher": to_dict(s.teacher), "lora": to_dict(s.lora),
+            "valid": valid_sets(run_dir, cfg, [domain]), "teacher": _teacher(s.teacher), "lora": to_dict(s.lora),
             "init_sha": _sha(init)}
     pre = read_manifest(source.parent) or {}
     extra = {"_ray": cfg.ray, "method": arch["method"], "domain": domain, "source": str(source), "source_method": arch["method"],

@@ -1,0 +1,112 @@
+"""`slm report SWEEP`: the frontier plots (Plan-Early's figures) and a Markdown summary of a sweep.
+
+Plots (PNG, matplotlib), specialized perplexity on the y axis, one colour per method, Pareto-optimal
+points (no other row is both cheaper and better) ringed in black:
+
+- ``pretrain_cost.png``: vs pretraining FLOPs (the generic part; SLM-is has none, it is plotted at the
+  cost of its domain-specific pretraining, which it pays per domain);
+- ``specialize_cost.png``: vs per-domain FLOPs (specialization, plus SLM-is's pretraining);
+- ``inference_size.png``: vs total FLOPs for one domain, one panel per served model size;
+- ``domain_tokens.png``: vs total FLOPs for one domain, one panel per in-domain data size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slm.artifacts import atomic_path, atomic_write_text
+from slm.tune.sweep import finite, read_table
+
+METHOD_COLORS = {"generic": "tab:gray", "importance": "tab:green", "dsir": "tab:olive", "mixture": "tab:blue",
+                 "projected": "tab:purple", "soup": "tab:orange"}
+
+
+def pareto(rows: list[dict], cost: str, quality: str = "perplexity") -> list[dict]:
+    """Rows no other row beats on both ``cost`` and ``quality`` (lower is better for both)."""
+    ok = [r for r in rows if finite(r[cost]) and finite(r[quality])]
+    front = []
+    for r in ok:
+        dominated = any(o[cost] <= r[cost] and o[quality] <= r[quality] and (o[cost], o[quality]) != (r[cost], r[quality])
+                        for o in ok)
+        if not dominated:
+            front.append(r)
+    return sorted(front, key=lambda r: r[cost])
+
+
+def total_flops(r: dict, domains: int = 1) -> float:
+    """C_total(N) = C_generic + N·C_specialization (SLM-is: N·(its pretraining + specialization))."""
+    return r["generic_flops"] + domains * r["per_domain_flops"]
+
+
+def _scatter(ax, rows: list[dict], cost, title: str, xlabel: str) -> None:
+    for r in rows:
+        r["_x"] = cost(r)
+    for method in sorted({r["method"] for r in rows}):
+        mine = [r for r in rows if r["method"] == method]
+        ax.scatter([r["_x"] for r in mine], [r["perplexity"] for r in mine], label=method, alpha=0.8,
+                   color=METHOD_COLORS.get(method))
+    front = pareto(rows, "_x")
+    ax.scatter([r["_x"] for r in front], [r["perplexity"] for r in front], s=140, facecolors="none",
+               edgecolors="black", label="Pareto-optimal")
+    ax.plot([r["_x"] for r in front], [r["perplexity"] for r in front], color="black", lw=0.8, ls="--")
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("specialized perplexity")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+
+
+def _figure(path: Path, panels: list[tuple[str, list[dict]]], cost, xlabel: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, (title, rows) in zip(axes[0], panels, strict=True):
+        _scatter(ax, rows, cost, title, xlabel)
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
+def report(sweep: str | Path, out: str | Path | None = None) -> dict:
+    sweep = Path(sweep)
+    rows = [r for r in read_table(sweep) if finite(r["perplexity"])]
+    if not rows:
+        raise ValueError(f"{sweep}: the results table has no finished trial to report")
+    out = Path(out) if out else sweep / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    pre = lambda r: r["generic_flops"] or r["pretrain_flops"]  # noqa: E731 (SLM-is: its per-domain pretraining)
+    _figure(out / "pretrain_cost.png", [("vs pretraining cost", rows)], pre, "pretraining FLOPs")
+    _figure(out / "specialize_cost.png", [("vs per-domain cost", rows)], lambda r: r["per_domain_flops"],
+            "per-domain FLOPs (specialization; SLM-is: + its pretraining)")
+    _figure(out / "inference_size.png",
+            [(f"served size {s} ({next(r['params'] for r in rows if r['size'] == s) / 1e6:.2f}M params)",
+              [r for r in rows if r["size"] == s]) for s in sorted({r["size"] for r in rows})],
+            total_flops, "total FLOPs for one domain")
+    _figure(out / "domain_tokens.png",
+            [(f"{t:,} in-domain tokens", [r for r in rows if r["domain_tokens"] == t])
+             for t in sorted({r["domain_tokens"] for r in rows})], total_flops, "total FLOPs for one domain")
+    summary = markdown(rows)
+    atomic_write_text(out / "summary.md", summary)
+    return {"report": str(out), "plots": sorted(p.name for p in out.glob("*.png")), "rows": len(rows)}
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["# Sweep summary", "", f"{len(rows)} specialized models. Best per method (lowest perplexity):", "",
+             "| method | size | pretrain steps | domain | in-domain tokens | spec. steps | ppl | top-1 | total FLOPs (1 domain) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for method in sorted({r["method"] for r in rows}):
+        b = min((r for r in rows if r["method"] == method), key=lambda r: r["perplexity"])
+        lines.append(f"| {method} | {b['size']} | {b['pretrain_steps']} | {b['domain']} | {b['domain_tokens']:,} "
+                     f"| {b['specialize_steps']} | {b['perplexity']:.2f} | {b['accuracy']:.4f} | {total_flops(b):.3g} |")
+    lines += ["", "Pareto-optimal (total FLOPs for one domain vs perplexity):", "",
+              "| trial | total FLOPs | ppl |", "|---|---|---|"]
+    for r in rows:
+        r["_total"] = total_flops(r)
+    lines += [f"| {r['trial']} | {r['_total']:.3g} | {r['perplexity']:.2f} |" for r in pareto(rows, "_total")]
+    lines += ["", "Plots: `pretrain_cost.png`, `specialize_cost.png`, `inference_size.png`, `domain_tokens.png`."]
+    return "\n".join(lines) + "\n"
