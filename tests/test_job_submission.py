@@ -133,6 +133,7 @@ def test_submit_stats_job_to_a_head_node(head_node, user_corpus_dir, tmp_path):
     assert (runs / "corpus-stats" / "config.yaml").exists()
 
 
+@pytest.mark.slow  # ~1.5 min on top of the head node; run with -m slow
 def test_submit_a_pretraining_job_to_a_head_node(head_node, train_run):
     """jobs/pretrain.yaml through the Jobs API: Ray Train's 2 workers on the head's CPUs, over gloo."""
     from ray.job_submission import JobStatus

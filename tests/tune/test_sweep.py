@@ -94,7 +94,7 @@ def test_tiny_sweep_killed_and_restored_runs_only_missing_trials(train_run, tmp_
     finished_before_kill = []
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
-        done = sorted(p.parent.name for p in (train_run.run.dir / "specialized" / "legal").glob("*-p*/manifest.json"))
+        done = sorted(p.parent.name for p in (out / "specialized" / "legal").glob("*-p*/manifest.json"))
         if len(done) >= 2:
             time.sleep(15)  # let Tune record them in its experiment state
             finished_before_kill = done

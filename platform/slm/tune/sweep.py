@@ -6,7 +6,8 @@
    before anything runs: an unknown method or size, a zero budget, a size above the inference budget,
    a domain with no packed data. ``--dry-run`` prints the plan and its estimated cost.
 2. **Pretraining**, paid once per run: trained to the largest pretraining budget with snapshots at the
-   others (``pretrain.snapshot_steps``); a finished run is skipped, an interrupted one resumes.
+   others (``pretrain.snapshot_steps``); a finished run is skipped, an interrupted one resumes. A
+   sweep's models live in its own folder (``sweeps/<name>/checkpoints``, ``…/specialized``).
 3. **Specialization trials** on Tune: a function trainable per trial, as in Ray's docs, that builds and
    fits a TorchTrainer (``slm.train.trainer.specialize``) and reports the row; Ray Train's intermediate
    reports reach Tune (``TuneReportCallback``) so ASHA can stop weak trials. The trainable asks Tune for
@@ -210,9 +211,12 @@ def run_sweep(cfg: JobConfig) -> dict:
     from slm.runtime import init_ray
     from slm.train.trainer import pretrain
 
-    # Tune runs each trial in its own folder: every path a trial reads must be absolute.
+    # Tune runs each trial in its own folder: every path a trial reads must be absolute. A sweep's runs
+    # live under its own folder, so that they never overwrite the run directory's other checkpoints.
+    here = f"{cfg.sweep.output}/{cfg.sweep.name}"
     cfg = _with(cfg, [f"run.root={Path(cfg.run.root).expanduser().resolve()}",
-                      f"corpus.dir={Path(cfg.corpus.dir).expanduser().resolve()}"])
+                      f"corpus.dir={Path(cfg.corpus.dir).expanduser().resolve()}",
+                      f"pretrain.output={here}/checkpoints", f"specialize.output={here}/specialized"])
     p = plan(cfg)
     print(format_plan(p), flush=True)
     out = sweep_dir(cfg)
