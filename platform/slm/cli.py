@@ -68,32 +68,26 @@ def cmd_corpus_import(args) -> int:
 DATA_STAGES = ["stats", "embed", "cluster", "histogram", "resample", "tokenizer", "pack"]
 
 
-def cmd_data(args) -> int:
-    """One data stage on its own: the job's config (or the defaults), with only that stage to run."""
+def _run_one_stage(args, flags: tuple[tuple[str, str], ...], extra: list[str] = ()) -> int:
+    """One stage on its own: the job's config (or the defaults), its flags as overrides, only that stage."""
     from slm.pipeline import run_job
 
-    overrides = list(args.overrides)
-    if args.stage == "resample":
-        for flag, key in (("domain", "resample.domain"), ("tokens", "resample.tokens")):
-            if getattr(args, flag) is not None:
-                overrides.append(f"{key}={getattr(args, flag)}")
-        if args.method:
-            overrides.append(f"resample.methods=[{','.join(args.method)}]")
-    cfg = load_job(args.config, overrides + [f"stages=[{args.stage}]"])
-    run_job(cfg)
+    overrides = list(args.overrides) + list(extra)
+    overrides += [f"{key}={getattr(args, flag)}" for flag, key in flags if getattr(args, flag) is not None]
+    run_job(load_job(args.config, overrides + [f"stages=[{args.stage}]"]))
     return 0
+
+
+def cmd_data(args) -> int:
+    if args.stage != "resample":
+        return _run_one_stage(args, ())
+    methods = [f"resample.methods=[{','.join(args.method)}]"] if args.method else []
+    return _run_one_stage(args, (("domain", "resample.domain"), ("tokens", "resample.tokens")), methods)
 
 
 def cmd_train(args) -> int:
-    """One training stage: the job's config (or the defaults), with only that stage to run."""
-    from slm.pipeline import run_job
-
-    overrides = list(args.overrides)
-    for flag, key in (("method", "pretrain.method"), ("source", "specialize.source"), ("domain", "specialize.domain")):
-        if getattr(args, flag) is not None:
-            overrides.append(f"{key}={getattr(args, flag)}")
-    run_job(load_job(args.config, overrides + [f"stages=[{args.stage}]"]))
-    return 0
+    return _run_one_stage(args, (("method", "pretrain.method"), ("source", "specialize.source"),
+                                 ("domain", "specialize.domain")))
 
 
 def cmd_sweep(args) -> int:

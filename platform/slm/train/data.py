@@ -172,12 +172,10 @@ class MixtureSampler:
 
         self.seed = seed
         self.members = [np.flatnonzero(coarse == c) for c in range(n_domains)]
-        empty = [c for c, m in enumerate(self.members) if len(m) == 0]
         self.prior = DomainPrior(n_domains, active, seed)
         self.present = np.array([len(m) > 0 for m in self.members])
         if not self.present.any():
             raise ValueError("no sequence carries a coarse cluster id in [0, n_domains)")
-        self.empty = empty
         self._step, self._h = -1, None
 
     def context(self, step: int):

@@ -12,6 +12,7 @@ the train/teacher/lora sections): workers never read the job's YAML.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -83,10 +84,13 @@ class TrainLoop:
 
         # ---- model
         model = load_dense(spec["init"]) if spec.get("init") else build_model(self.arch)
+        # What this loop trains: the method's model, or (specialization) the dense GPT instantiated from it.
+        self.trained_arch = ({"method": "generic", "gpt": dataclasses.asdict(model.config)} if spec.get("init")
+                             else self.arch)
         self.dense_config = model.config
         if self.lora.rank:
             model = lora_wrap(model, self.lora)
-        self.method = self.arch["method"] if not spec.get("init") else "generic"
+        self.method = self.trained_arch["method"]
 
         # ---- data
         self.data = PackedArrays.open(spec["data"])
@@ -117,7 +121,7 @@ class TrainLoop:
         # ---- costs per step
         self.tokens_per_step = self.train.batch_size * self.data.seq_len * self.world
         self.flops_per_step = (dense_flops_per_token(self.dense_config) * self.tokens_per_step
-                               + step_overhead_flops(model, self.arch if not spec.get("init") else {"method": "generic"}))
+                               + step_overhead_flops(model, self.trained_arch))
         self.teacher_flops_per_step = (dense_flops_per_token(self.teacher.config, training=False)
                                        * self.tokens_per_step if self.teacher else 0.0)
         horizon = horizon_steps(from_dict(BudgetConfig, spec["train"]["budget"]), self.tokens_per_step,
@@ -336,16 +340,15 @@ class TrainLoop:
         raw = self.raw_model()
         if isinstance(self.strategy, DeepSpeedStrategy):
             state = self.strategy.full_state_dict()
-            raw = build_model(self.arch) if not self.spec.get("init") else GPT(self.dense_config)
+            raw = build_model(self.trained_arch)
             raw.load_state_dict(state)
         if self.lora.rank:
             raw = lora_merged(raw, self.dense_config)
         return raw
 
     def write_model(self, model: torch.nn.Module, path: Path) -> None:
-        arch = self.arch if not self.spec.get("init") else {"method": "generic"}
         # safetensors copies device tensors to host itself: the live model is never moved.
-        save_model(model, arch, path, {"steps": self.progress.step, "name": self.spec["name"]})
+        save_model(model, self.trained_arch, path, {"steps": self.progress.step, "name": self.spec["name"]})
 
 
 def peak_rss_mb() -> float:

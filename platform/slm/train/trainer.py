@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from slm.artifacts import is_complete, read_manifest, write_manifest
+from slm.artifacts import file_sha256, is_complete, read_manifest, write_manifest
 from slm.config import (
     ConfigError,
     JobConfig,
@@ -280,7 +280,7 @@ def specialize(cfg: JobConfig, run_dir: Path) -> dict:
     spec = {**base_spec(f"{domain}/{name}", s.train, out), "arch": {"method": "generic", "gpt": arch["gpt"]},
             "init": str(init.resolve()), "data": str(arrays), "rows": str(rows_path.resolve()),
             "valid": valid_sets(run_dir, cfg, [domain]), "teacher": _teacher(s.teacher), "lora": to_dict(s.lora),
-            "init_sha": _sha(init)}
+            "init_sha": file_sha256(init)}
     pre = read_manifest(source.parent) or {}
     extra = {"_ray": cfg.ray, "method": arch["method"], "domain": domain, "source": str(source), "source_method": arch["method"],
              "instantiated": chosen, "domain_tokens": s.domain_tokens, "domain_sequences": int(len(rows)),
@@ -290,9 +290,3 @@ def specialize(cfg: JobConfig, run_dir: Path) -> dict:
     if s.teacher.checkpoint:
         extra["teacher_cost"] = teacher_cost(Path(s.teacher.checkpoint))
     return _run("specialize", spec, s.train, out, run_dir, extra)
-
-
-def _sha(path: Path) -> str:
-    from slm.artifacts import file_sha256
-
-    return file_sha256(path)
