@@ -68,9 +68,7 @@ def ray_loop(run_dir: Path, overrides: list[str], name: str) -> tuple[list[float
                           f"pretrain.train.log_every={LOG_EVERY}", "pretrain.train.checkpoint_every=0",
                           "pretrain.train.eval_tokens=256", "ray.include_dashboard=false", *overrides])
     out = run_dir / "checkpoints" / name
-    shutil.rmtree(out, ignore_errors=True)
-    for stale in (run_dir / "ray_train").glob(f"{name}-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)  # Ray Train's checkpoints with it: a fresh run
     summary = pretrain(cfg, run_dir)
     rows = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
     wall = [r["wall_time"] for r in rows]  # every LOG_EVERY steps: per-step time over each interval

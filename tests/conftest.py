@@ -143,13 +143,20 @@ def embedded(mini_corpus_dir, ray_local, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("emb")
     killed = []
+    session = ray_local._private.worker.global_worker.node.get_session_dir_path()
+
+    def ours(proc) -> bool:  # an actor of this test's Ray, not of another Ray on the same machine
+        try:
+            return session in " ".join(proc.parent().cmdline())
+        except (psutil.Error, AttributeError):
+            return False
 
     def killer():
         deadline = time.time() + 300
         while time.time() < deadline and not killed:
             if any((out / WORK).rglob("batch-*.parquet")):
                 for proc in psutil.process_iter(["cmdline"]):
-                    if "WindowEmbedder" in " ".join(proc.info["cmdline"] or []):
+                    if "WindowEmbedder" in " ".join(proc.info["cmdline"] or []) and ours(proc):
                         os.kill(proc.pid, signal.SIGKILL)
                         killed.append(proc.pid)
             time.sleep(0.2)

@@ -103,6 +103,26 @@ def test_budgets_stop_at_the_first_limit(train_run):
     assert exhausted(BudgetConfig(steps=5), Progress(step=4)) is None
 
 
+def test_snapshots_and_a_deleted_output_starts_afresh(train_run):
+    import shutil
+
+    # one real Ray Train worker: local mode keeps no checkpoints, and resuming from them is the point
+    cfg = job(train_run, "pretrain.name=snap", "pretrain.train.budget.steps=6", "pretrain.snapshot_steps=[3, 6]",
+              "pretrain.train.checkpoint_every=3", "pretrain.train.log_every=1", "pretrain.train.num_workers=1")
+    out = cfg.run.dir / "checkpoints" / "snap"
+    first = pretrain(cfg, cfg.run.dir)
+    index = json.loads((out / "snapshots" / "snapshots.json").read_text())
+    assert sorted(index) == ["3", "6"] and index["3"]["cost"]["flops"] == pytest.approx(first["cost"]["flops"] / 2)
+    assert (out / "ray_train").is_dir()  # Ray Train's checkpoints live with the run they belong to
+    # Deleting the output deletes its checkpoints: the rerun trains all 6 steps again and rewrites the
+    # snapshots, instead of resuming a finished run from state kept elsewhere and leaving none.
+    shutil.rmtree(out)
+    again = pretrain(cfg, cfg.run.dir)
+    assert again["steps"] == 6 and [r["step"] for r in metrics(out)] == [1, 2, 3, 4, 5, 6]
+    assert sorted(p.name for p in (out / "snapshots").glob("*.safetensors")) == [
+        "step-00000003.safetensors", "step-00000006.safetensors"]
+
+
 def test_salt_schedule_and_distillation():
     step = KDSchedule(omega=0.667, kd_steps=10, transition="step")
     linear = KDSchedule(omega=0.667, kd_steps=10, transition="linear")

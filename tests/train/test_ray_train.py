@@ -92,7 +92,7 @@ def test_deepspeed_zero2_checkpoints_every_rank_and_resumes(train_run, uninterru
     m = pretrain(cfg, cfg.run.dir)
     out = cfg.run.dir / "checkpoints" / "zero2"
     assert m["steps"] == 20 and m["strategy"] == "deepspeed"
-    (ray_dir,) = (cfg.run.dir / "ray_train").glob("zero2-*")
+    (ray_dir,) = (out / "ray_train").glob("zero2-*")
     shards = sorted(p.name for p in (ray_dir / "step-00000020" / "deepspeed" / "state").iterdir())
     assert any("zero_pp_rank_0" in s and "optim" in s for s in shards)
     assert any("zero_pp_rank_1" in s and "optim" in s for s in shards)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -84,7 +84,8 @@ class WindowEmbedder:
         from sentence_transformers import SentenceTransformer
 
         path = cfg["model_path"] or str(tokenizers.embedder_dir())
-        self.model = SentenceTransformer(path, device=cfg["device"])
+        dtype = {} if cfg["dtype"] == "float32" else {"model_kwargs": {"torch_dtype": getattr(torch, cfg["dtype"])}}
+        self.model = SentenceTransformer(path, device=cfg["device"], **dtype)
         self.model.max_seq_length = cfg["max_tokens"]
         dim = self.model.get_sentence_embedding_dimension()
         if dim != EMBEDDING_DIM:
@@ -121,8 +122,8 @@ class WindowEmbedder:
                 rows["domain"].append(domain)
                 rows["text"].append(window_text)
                 rows["n_tokens"].append(n_tokens)
-        vectors = self.model.encode(rows["text"], batch_size=self.cfg["encode_batch"], convert_to_numpy=True,
-                                    normalize_embeddings=True, show_progress_bar=False).astype(np.float32)
+        vectors = normalize(self.model.encode(rows["text"], batch_size=self.cfg["encode_batch"], convert_to_numpy=True,
+                                              show_progress_bar=False))
         table = pa.table({**rows, "embedding": pa.FixedSizeListArray.from_arrays(vectors.reshape(-1), EMBEDDING_DIM)},
                          schema=self.schema)
         digest = hashlib.blake2b("\n".join(doc_ids).encode(), digest_size=8).hexdigest()
@@ -130,7 +131,29 @@ class WindowEmbedder:
         with atomic_path(path) as tmp:
             pq.write_table(table, tmp, compression="zstd")
         return pa.table({"shard": [shard], "file": [path.name], "documents": [len(doc_ids)],
-                         "windows": [table.num_rows], "tokens": [int(sum(rows["n_tokens"]))]})
+                         "windows": [table.num_rows], "tokens": [int(sum(rows["n_tokens"]))],
+                         "written_at": [time.time()]})
+
+
+def normalize(vectors: np.ndarray) -> np.ndarray:
+    """Unit vectors in float32 (normalized after the cast: a bfloat16 norm is off by up to ~0.4%)."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """``auto`` → bfloat16 where the hardware computes it natively, else float32."""
+    if dtype != "auto":
+        return dtype
+    import torch
+
+    if device.startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32"
+    try:  # Linux reports AMX and AVX512-BF16 in the CPU flags; elsewhere stay in float32
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return "float32"
+    return "bfloat16" if flags & {"amx_bf16", "avx512_bf16"} else "float32"
 
 
 def shard_key(corpus_dir: Path, shard_path: str) -> str:
@@ -152,14 +175,16 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
 
     corpus_dir = Path(corpus_dir).expanduser()
     out = Path(output or default_output(corpus_dir, cfg)).expanduser()
+    cfg = replace(cfg, dtype=resolve_dtype(cfg.dtype, cfg.device))
     # Only what changes the vectors keys the output (not the splits, nor how the work is scheduled).
-    key = config_hash({"model_path": cfg.model_path, "max_tokens": cfg.max_tokens, "fraction": cfg.fraction})
+    key = config_hash({"model_path": cfg.model_path, "max_tokens": cfg.max_tokens, "fraction": cfg.fraction,
+                       "dtype": cfg.dtype})
     files = corpus_files(corpus_dir)
     shards = [p for split in cfg.splits for p in files.get(split, [])]
     if not shards:
         raise ValueError(f"embed.splits={cfg.splits}: no shards in {corpus_dir} (have {sorted(files)})")
 
-    started = time.perf_counter()
+    started, wall_started = time.perf_counter(), time.time()
     existing = read_manifest(out)
     if existing and existing.get("config_hash") != key:
         raise ValueError(f"{out} holds embeddings of another embed config ({existing.get('config_hash')} ≠ {key}); "
@@ -173,24 +198,31 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
     print(f"[embed] {len(shards) - len(todo)} of {len(shards)} shards already complete; "
           f"{len(todo)} to do", flush=True)
 
-    summaries = []
+    summaries, actors = [], 0
     pending = [(path, wanted[path] - done) for path, done in todo if wanted[path] - done]
     if pending:
-        datasets = []
-        for path, needed in pending:
-            ds = ray.data.read_parquet(path).select_columns(["id", "text", "source", "domain"])
-            if len(needed) < pq.read_metadata(path).num_rows:
-                ds = ds.filter(lambda row, needed=needed: row["id"] in needed)
-            datasets.append(ds.map_batches(_tag_shard, fn_kwargs={"shard": shard_key(corpus_dir, path)},
-                                           batch_format="pyarrow"))
-        ds = datasets[0].union(*datasets[1:]) if len(datasets) > 1 else datasets[0]
+        # One dataset over every shard to do (not a union per shard: a terabyte corpus has thousands);
+        # each row's file names its shard. Reads are light: they run in the CPUs the actors leave.
+        light = {"num_cpus": 0.25}
+        files = {str(Path(path).resolve()): shard_key(corpus_dir, path) for path, _ in pending}
+        partial = {files[str(Path(path).resolve())]: needed for path, needed in pending
+                   if len(needed) < pq.read_metadata(path).num_rows}
+        # Blocks of one actor batch each, cut as they stream by: a small corpus read as one block would
+        # otherwise feed a single actor while the others wait.
+        ds = (ray.data.read_parquet(list(files), include_paths=True, **light)
+              .select_columns(["id", "text", "source", "domain", "path"])
+              .map_batches(_select_and_tag, fn_kwargs={"shards": files, "partial": partial},
+                           batch_format="pyarrow", **light)
+              .repartition(target_num_rows_per_block=cfg.batch_docs))
+        actors = actor_count(cfg)
         summaries = ds.map_batches(
             WindowEmbedder,
             fn_constructor_kwargs={"cfg": asdict(cfg), "out_root": str(out)},
             batch_size=cfg.batch_docs,
             batch_format="pyarrow",
-            compute=ActorPoolStrategy(size=cfg.actors),
+            compute=ActorPoolStrategy(size=actors),
             num_cpus=cfg.actor_cpus,
+            num_gpus=1 if cfg.device.startswith("cuda") else 0,
         ).take_all()  # one small summary row per written file, not the data
 
     # Commit: consolidate each unfinished shard's working files, in parallel Ray tasks.
@@ -207,18 +239,41 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
             "documents": len(wanted[path]), "windows": pq.read_metadata(final).num_rows}
     manifest = {
         "stage": "embed", "config_hash": key, "config": asdict(cfg), "corpus_dir": str(corpus_dir),
-        "shards": per_shard,
+        "shards": per_shard, "actors": actors,
         "documents": sum(s["documents"] for s in per_shard.values()),
         "windows": sum(s["windows"] for s in per_shard.values()),
         "embedded_this_run": {"files": len(summaries), "windows": sum(s["windows"] for s in summaries),
                               "tokens": sum(s["tokens"] for s in summaries),
-                              "duplicate_windows_dropped": sum(r["duplicates"] for r in results)},
+                              "duplicate_windows_dropped": sum(r["duplicates"] for r in results),
+                              **steady_state(summaries, wall_started)},
         "seconds": round(time.perf_counter() - started, 1),
     }
     write_manifest(out, manifest)
     print(f"[embed] {manifest['documents']} documents → {manifest['windows']} windows in {out} "
           f"({manifest['embedded_this_run']['windows']} embedded now, {manifest['seconds']}s)", flush=True)
     return manifest
+
+
+def steady_state(summaries: list[dict], started: float) -> dict:
+    """Start-up (until the first file is written) and the windows/s of the actors once up: the rate a
+    longer run tends to, apart from the fixed cost of starting actors and loading the model."""
+    if len(summaries) < 2:
+        return {}
+    summaries = sorted(summaries, key=lambda s: s["written_at"])
+    first, last = summaries[0]["written_at"], summaries[-1]["written_at"]
+    after_first = sum(s["windows"] for s in summaries[1:])
+    return {"first_file_after_s": round(first - started, 1),
+            "steady_windows_per_s": round(after_first / (last - first), 2) if last > first else None}
+
+
+def actor_count(cfg: EmbedConfig) -> int:
+    """``embed.actors``, or one per CPU (GPU) of the cluster: data parallelism over whole models."""
+    import ray
+
+    if cfg.actors:
+        return cfg.actors
+    resources = ray.cluster_resources()
+    return max(1, int(resources.get("GPU" if cfg.device.startswith("cuda") else "CPU", 1)))
 
 
 def selected_ids(path: str, fraction: float) -> set[str]:
@@ -256,8 +311,14 @@ def consolidate_shard(expected_ids: list[str], work: str, final: str, input_path
     return {"final": final, "windows": table.num_rows, "duplicates": len(ids) - len(keep)}
 
 
-def _tag_shard(batch: pa.Table, shard: str) -> pa.Table:
-    return batch.append_column("shard", pa.array([shard] * batch.num_rows, pa.string()))
+def _select_and_tag(batch: pa.Table, shards: dict[str, str], partial: dict[str, set[str]]) -> pa.Table:
+    """Name each row's shard (from its file); of a partly done shard, keep only the documents still due."""
+    shard = [shards[str(Path(p).resolve())] for p in batch.column("path").to_pylist()]
+    batch = batch.drop_columns(["path"]).append_column("shard", pa.array(shard, pa.string()))
+    if not partial:
+        return batch
+    ids = batch.column("id").to_pylist()
+    return batch.filter(pa.array([s not in partial or i in partial[s] for s, i in zip(shard, ids, strict=True)]))
 
 
 def embedding_files(out: str | Path) -> list[str]:

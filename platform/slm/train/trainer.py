@@ -4,9 +4,10 @@ on Ray Train's ``TorchTrainer``.
 Outputs of a run named N: ``<run dir>/checkpoints/N/`` (pretraining) or
 ``<run dir>/specialized/<domain>/N/`` (specialization), each holding ``model.safetensors``,
 ``summary.json``, ``logs/metrics.jsonl``, ``logs/tensorboard/`` and ``manifest.json`` (complete last).
-Ray Train's own state (checkpoints, the checkpoint manager's snapshot) lives in
-``<run dir>/ray_train/N-<spec hash>/``: running the same stage again with the same config resumes
-from its latest checkpoint; a complete manifest with the same hash skips the stage.
+Ray Train's own state (checkpoints, the checkpoint manager's snapshot) lives inside the output, in
+``ray_train/N-<spec hash>/``: running the same stage again with the same config resumes from its latest
+checkpoint; a complete manifest with the same hash skips the stage. Deleting the output folder starts
+the run afresh — checkpoints kept elsewhere would resume a run whose logs and snapshots are gone.
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ def _tune_callbacks() -> list:
         return []
 
 
-def _run(kind: str, spec: dict, train: TrainConfig, out: Path, run_dir: Path, extra: dict) -> dict:
+def _run(kind: str, spec: dict, train: TrainConfig, out: Path, extra: dict) -> dict:
     digest = config_hash(spec)
     if is_complete(out, digest):
         print(f"[train] {spec['name']}: complete and current in {out}, skipped", flush=True)
@@ -146,7 +147,7 @@ def _run(kind: str, spec: dict, train: TrainConfig, out: Path, run_dir: Path, ex
     else:
         extra.pop("_ray")
     started = time.perf_counter()
-    summary = fit(spec, train, run_dir / "ray_train", f"{spec['name'].replace('/', '-')}-{digest[:8]}")
+    summary = fit(spec, train, out / "ray_train", f"{spec['name'].replace('/', '-')}-{digest[:8]}")
     manifest = {"stage": kind, "config_hash": digest, **summary, **extra,
                 "wall_seconds": round(time.perf_counter() - started, 1),
                 "model": str(out / "model.safetensors")}
@@ -213,7 +214,7 @@ def pretrain(cfg: JobConfig, run_dir: Path) -> dict:
     extra = {"_ray": cfg.ray, "params": params, "data": str(data), "inference_flops_per_token": _inference_flops(arch)}
     if p.teacher.checkpoint:
         extra["teacher_cost"] = teacher_cost(Path(p.teacher.checkpoint))
-    return _run("pretrain", spec, p.train, out, run_dir, extra)
+    return _run("pretrain", spec, p.train, out, extra)
 
 
 def _inference_flops(arch: dict) -> int:
@@ -289,4 +290,4 @@ def specialize(cfg: JobConfig, run_dir: Path) -> dict:
              "params": dense.num_params()}
     if s.teacher.checkpoint:
         extra["teacher_cost"] = teacher_cost(Path(s.teacher.checkpoint))
-    return _run("specialize", spec, s.train, out, run_dir, extra)
+    return _run("specialize", spec, s.train, out, extra)

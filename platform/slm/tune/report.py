@@ -49,11 +49,27 @@ def _scatter(ax, rows: list[dict], cost, title: str, xlabel: str) -> None:
     ax.scatter([r["_x"] for r in front], [r["perplexity"] for r in front], s=140, facecolors="none",
                edgecolors="black", label="Pareto-optimal")
     ax.plot([r["_x"] for r in front], [r["perplexity"] for r in front], color="black", lw=0.8, ls="--")
-    ax.set_xscale("log")
+    _log_x(ax, [r["_x"] for r in rows if finite(r["_x"])])
     ax.set_xlabel(xlabel)
     ax.set_ylabel("specialized perplexity")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
+
+
+def _log_x(ax, xs: list[float]) -> None:
+    """A log x axis with a few short labels: matplotlib labels every minor tick of a span under a decade
+    with long 2.2×10¹² labels that overlap."""
+    import numpy as np
+    from matplotlib import ticker
+
+    ax.set_xscale("log")
+    if not xs:
+        return
+    lo, hi = min(xs), max(xs)
+    ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+    if hi < lo * 10:  # under a decade: no power of ten may fall inside; put four ticks across the data
+        ax.set_xticks(np.geomspace(lo, hi, 4) if hi > lo else [lo])
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:.2g}"))
 
 
 def _figure(path: Path, panels: list[tuple[str, list[dict]]], cost, xlabel: str) -> None:

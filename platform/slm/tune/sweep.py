@@ -227,7 +227,12 @@ def run_sweep(cfg: JobConfig) -> dict:
     for run in p["runs"]:
         pre_cfg = _with(cfg, _pretrain_overrides(run, cfg.sweep))
         pretrain(pre_cfg, pre_cfg.run.dir)
-        snapshots[run["name"]] = str(cfg.run.dir / cfg.pretrain.output / run["name"] / "snapshots" / "snapshots.json")
+        folder = cfg.run.dir / cfg.pretrain.output / run["name"] / "snapshots"
+        missing = [s for s in run["snapshots"] if not (folder / f"step-{s:08d}.safetensors").exists()]
+        if missing:  # fail here, not in every trial that would start from them
+            raise RuntimeError(f"sweep: pretraining run {run['name']} finished without snapshots at steps {missing} "
+                               f"in {folder}; delete {folder.parent} and rerun")
+        snapshots[run["name"]] = str(folder / "snapshots.json")
     storage = cfg.sweep.storage_path or str((out / "tune").resolve())
     trainable = ray.tune.with_resources(specialize_trial, {"cpu": 0.01})  # its TorchTrainer holds the CPUs
     # The experiment is keyed on the plan: a changed spec starts afresh instead of restoring another one.
@@ -255,8 +260,10 @@ def run_sweep(cfg: JobConfig) -> dict:
     failed = [str(r.error) for r in grid if r.error]
     table = write_table(rows, out)
     print(f"[sweep] {len(rows)} of {len(p['trials'])} trials finished; results in {table}", flush=True)
-    if failed:
-        print(f"[sweep] {len(failed)} trials failed; first: {failed[0][:500]}", flush=True)
+    if failed:  # the table keeps what finished; the stage fails so that scripts and CI see it
+        raise RuntimeError(f"sweep: {len(failed)} of {len(p['trials'])} trials failed (the results table holds the "
+                           f"{len(rows)} that finished; rerun the same command to retry only them). First error:\n"
+                           f"{failed[0][-2000:]}")
     return {"trials": len(p["trials"]), "finished": len(rows), "failed": len(failed), "results": str(table)}
 
 
