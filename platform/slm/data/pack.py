@@ -13,6 +13,7 @@ shard with ``ray.train.get_dataset_shard("train").iter_batches(...)``.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -43,6 +44,15 @@ def _pack_group(batch: pa.Table, tokenizer: str, seq_len: int) -> pa.Table:
     })
 
 
+WINDOW_SCHEMA = pa.schema([("text", pa.string()), ("domain", pa.string()), ("coarse", pa.int32()), ("leaf", pa.int32())])
+
+
+def _conform(batch: pa.Table) -> pa.Table:
+    """One schema for every block: the shuffle before ``map_groups`` concatenates blocks of different
+    inputs (assignments write int64 cluster ids, a resampled set may hold another width)."""
+    return batch.select(WINDOW_SCHEMA.names).cast(WINDOW_SCHEMA)
+
+
 def _without_clusters(batch: pa.Table) -> pa.Table:
     missing = pa.array([-1] * batch.num_rows, pa.int32())
     return batch.append_column("coarse", missing).append_column("leaf", missing)
@@ -52,14 +62,34 @@ def pack(windows_path: str | Path | list[str], tokenizer_json: str | Path, seq_l
          domain: str | None = None) -> dict:
     """Pack the windows under ``windows_path`` (assignments or a resampled set; or raw corpus files,
     whose sequences get cluster ids −1) into ``out``; ``domain`` keeps only that domain's windows."""
+    started = time.perf_counter()
+    with sort_shuffle():
+        return _pack(windows_path, tokenizer_json, seq_len, out, domain, started)
+
+
+@contextlib.contextmanager
+def sort_shuffle():
+    """Ray 2.60's default shuffle (SHUFFLE_V2) failed on the full corpus's resampled sets: a reducer joined
+    a block with no columns to real ones ("Schema at index 1 was different"). The sort-based one does not.
+    Set before the datasets are made: each captures the context when it is created."""
+    from ray.data.context import DataContext, ShuffleStrategy
+
+    context = DataContext.get_current()
+    default, context.shuffle_strategy = context.shuffle_strategy, ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+    try:
+        yield
+    finally:
+        context.shuffle_strategy = default
+
+
+def _pack(windows_path, tokenizer_json, seq_len: int, out: Path, domain: str | None, started: float) -> dict:
     import ray.data
 
-    started = time.perf_counter()
     ds = ray.data.read_parquet(windows_path if isinstance(windows_path, list) else str(windows_path))
     if "coarse" not in ds.schema().names:
         # Raw corpus documents (a valid split): no cluster ids, so one group per domain.
         ds = ds.map_batches(_without_clusters, batch_format="pyarrow")
-    ds = ds.select_columns(["text", "domain", "coarse", "leaf"])
+    ds = ds.map_batches(_conform, batch_format="pyarrow")
     if domain is not None:
         ds = ds.filter(lambda row, d=domain: row["domain"] == d)
     packed = ds.groupby(["domain", "leaf"]).map_groups(
