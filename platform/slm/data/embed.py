@@ -313,7 +313,9 @@ def consolidate_shard(expected_ids: list[str], work: str, final: str, input_path
 
 def _select_and_tag(batch: pa.Table, shards: dict[str, str], partial: dict[str, set[str]]) -> pa.Table:
     """Name each row's shard (from its file); of a partly done shard, keep only the documents still due."""
-    shard = [shards[str(Path(p).resolve())] for p in batch.column("path").to_pylist()]
+    paths = batch.column("path").to_pylist()
+    of_path = {p: shards[str(Path(p).resolve())] for p in set(paths)}  # resolve once per file, not per row
+    shard = [of_path[p] for p in paths]
     batch = batch.drop_columns(["path"]).append_column("shard", pa.array(shard, pa.string()))
     if not partial:
         return batch
