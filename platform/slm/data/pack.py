@@ -84,6 +84,7 @@ def sort_shuffle():
 
 def _pack(windows_path, tokenizer_json, seq_len: int, out: Path, domain: str | None, started: float) -> dict:
     import ray.data
+    from ray.data.expressions import col
 
     ds = ray.data.read_parquet(windows_path if isinstance(windows_path, list) else str(windows_path))
     if "coarse" not in ds.schema().names:
@@ -91,7 +92,7 @@ def _pack(windows_path, tokenizer_json, seq_len: int, out: Path, domain: str | N
         ds = ds.map_batches(_without_clusters, batch_format="pyarrow")
     ds = ds.map_batches(_conform, batch_format="pyarrow")
     if domain is not None:
-        ds = ds.filter(lambda row, d=domain: row["domain"] == d)
+        ds = ds.filter(expr=col("domain") == domain)
     packed = ds.groupby(["domain", "leaf"]).map_groups(
         _pack_group, fn_kwargs={"tokenizer": str(tokenizer_json), "seq_len": seq_len}, batch_format="pyarrow")
     with atomic_path(out / "data") as tmp:

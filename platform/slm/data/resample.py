@@ -27,6 +27,7 @@ from slm.data import dsir
 from slm.data.histogram import GENERIC, counts_by_leaf, kl, smoothed
 
 METHODS = ("crisp", "uniform", "dsir")
+ROWS_PER_BLOCK = 4096
 
 
 def _poisson_copies(batch: pa.Table, lam: np.ndarray, seed: int) -> pa.Table:
@@ -44,6 +45,7 @@ def _poisson_copies(batch: pa.Table, lam: np.ndarray, seed: int) -> pa.Table:
 def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int, method: str, out: Path,
              seed: int = 0) -> dict:
     import ray.data
+    from ray.data.expressions import col
 
     if method not in METHODS:
         raise ValueError(f"resample method must be one of {METHODS}, got {method!r}")
@@ -62,7 +64,13 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
     p_generic = np.array(histograms["generic"]["p"])
     weights = np.divide(p_domain, p_generic, out=np.zeros_like(p_domain), where=p_generic > 0)
     assignments = ray.data.read_parquet(str(Path(cluster_dir) / "assignments"))
-    generic = assignments.filter(lambda r: r["domain"] == GENERIC)
+
+    def windows_of(d: str):
+        # Ray 2.60 reads small files as a few large blocks: cut them as they stream by, so that the
+        # per-window work (Poisson draws, DSIR's n-gram hashing) runs on every CPU.
+        return assignments.filter(expr=col("domain") == d).repartition(target_num_rows_per_block=ROWS_PER_BLOCK)
+
+    generic = windows_of(GENERIC)
     info: dict = {}
     if method in ("crisp", "uniform"):
         mean_tokens = np.divide(t_c, n_c, out=np.zeros_like(t_c), where=n_c > 0)
@@ -75,7 +83,7 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
         info["mean_copies_per_window"] = {"max": float(lam.max()), "mean_over_used_leaves": float(lam[lam > 0].mean())}
         chosen = generic.map_batches(_poisson_copies, fn_kwargs={"lam": lam, "seed": seed}, batch_format="pyarrow")
     else:
-        target = assignments.filter(lambda r, d=domain: r["domain"] == d)
+        target = windows_of(domain)
         chosen, log_diff, threshold = dsir.select(generic, target, tokens, seed)
         chosen = chosen.map_batches(lambda b: b.append_column("copy", pa.array(np.zeros(b.num_rows, np.int32))),
                                     batch_format="pyarrow").drop_columns(["key"])
