@@ -7,6 +7,7 @@ are complete and current is skipped, so a job that died is simply run again.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -209,21 +210,27 @@ def check_stages(cfg: JobConfig) -> None:
 
 def run_job(cfg: JobConfig) -> dict[str, dict]:
     """Run every stage of ``cfg`` in order; return each stage's summary."""
-    from slm.runtime import shutdown_ray
+    from slm.runtime import PeakMemory, shutdown_ray
 
     check_stages(cfg)
     run_dir = cfg.run.dir
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
     print(f"[run] {cfg.run.name}: stages {cfg.stages}; outputs in {run_dir}", flush=True)
-    results = {}
+    results, resources = {}, {}
     try:
         for name in cfg.stages:
             started = time.perf_counter()
             print(f"[run] stage {name} ...", flush=True)
-            results[name] = STAGES[name](cfg, run_dir)
-            print(f"[run] stage {name} done in {time.perf_counter() - started:.1f}s", flush=True)
+            with PeakMemory() as memory:
+                results[name] = STAGES[name](cfg, run_dir)
+            resources[name] = {"seconds": round(time.perf_counter() - started, 1), "peak_memory_gib": memory.peak_gib}
+            print(f"[run] stage {name} done in {resources[name]['seconds']}s, peak memory "
+                  f"{memory.peak_gib} GiB", flush=True)
     finally:
         shutdown_ray()
+        if resources:  # what each stage took; a rerun of some stages replaces just their entries
+            path = run_dir / "stage_resources.json"
+            atomic_write_json(path, {**(json.loads(path.read_text()) if path.exists() else {}), **resources})
     atomic_write_json(run_dir / "results.json", results)
     return results

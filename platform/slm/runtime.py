@@ -7,7 +7,9 @@ CPU and the dashboard on 127.0.0.1.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 
 from slm.config import RayConfig
 
@@ -44,3 +46,47 @@ def shutdown_ray() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
+
+
+class PeakMemory:
+    """The peak summed RSS of this process and every process it started, sampled in a thread.
+
+    On the embedded local Ray (what ``slm run`` starts by hand) the driver's descendants are the whole
+    Ray cluster — GCS, raylet, every worker and actor — so this is a stage's whole footprint on the
+    machine. Connected to a cluster it covers only the driver: read the nodes' memory on the Ray
+    dashboard there. Summed RSS counts shared pages (the object store) once per process mapping them,
+    so it errs high.
+    """
+
+    def __init__(self, interval_s: float = 1.0):
+        self.peak_bytes, self.interval_s, self._stop = 0, interval_s, threading.Event()
+
+    @property
+    def peak_gib(self) -> float:
+        return round(self.peak_bytes / 2**30, 2)
+
+    def sample(self) -> int:
+        import psutil
+
+        me = psutil.Process()
+        total = 0
+        for p in [me, *me.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):  # a worker that exited between listing and reading
+                total += p.memory_info().rss
+        self.peak_bytes = max(self.peak_bytes, total)
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):  # walking processes costs CPU: sample sparingly
+            self.sample()
+
+    def __enter__(self) -> PeakMemory:
+        self.sample()
+        self._thread = threading.Thread(target=self._run, name="peak-memory", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()

@@ -99,6 +99,29 @@ def test_crisp_matches_the_domain_histogram_far_better_than_uniform(resampled):
             assert 0.6 * 30000 < results[(domain, m)]["tokens_drawn"] < 1.6 * 30000, (domain, m)
 
 
+def test_dsir_on_ray_data_weighs_and_selects_as_one_process_would(resampled, clusters):
+    """The distributed path (buckets hashed once into list<uint16>, fitted, scored, sorted, filtered) gives
+    every selected window the weight one process computes from the same texts, and selects by key."""
+    from slm.data import dsir
+
+    out, _ = clusters
+    rows = pq.read_table(out / "assignments", columns=["id", "domain", "text"]).to_pylist()
+    generic = [r for r in rows if r["domain"] == "generic"]
+    p_t = sum(dsir.ngram_counts(r["text"]) for r in rows if r["domain"] == "legal")
+    p_r = sum(dsir.ngram_counts(r["text"]) for r in generic)
+    log_diff = np.log(p_t / p_t.sum() + dsir.EPS) - np.log(p_r / p_r.sum() + dsir.EPS)
+    weights = dict(zip((r["id"] for r in generic), dsir.log_weights([r["text"] for r in generic], log_diff),
+                       strict=True))
+    results, root = resampled
+    chosen = pq.read_table(root / "legal" / "dsir" / "data", columns=["id", "log_weight"]).to_pylist()
+    assert chosen and len({r["id"] for r in chosen}) == len(chosen)  # without replacement
+    for r in chosen:
+        assert r["log_weight"] == pytest.approx(weights[r["id"]], rel=1e-9, abs=1e-6), r["id"]
+    threshold = results[("legal", "dsir")]["key_threshold"]
+    keys = {i: w - np.log(-np.log(dsir.hash_uniform(f"dsir:0:{i}"))) for i, w in weights.items()}
+    assert {r["id"] for r in chosen} == {i for i, k in keys.items() if k >= threshold}
+
+
 def test_resampling_is_deterministic(resampled, clusters, tmp_path):
     results, root = resampled
     out, _ = clusters

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from slm.artifacts import atomic_path, write_manifest
 from slm.corpus.documents import hash_seed
@@ -90,13 +91,12 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
         info["key_threshold"] = threshold
     with atomic_path(out / "data") as tmp:
         chosen.write_parquet(str(tmp))
-    drawn = ray.data.read_parquet(str(out / "data")).select_columns(["leaf", "n_tokens", "id"])
-    rows = drawn.groupby("leaf").aggregate(*_aggs()).take_all()
-    drawn_windows = np.zeros(leaves)
-    drawn_tokens = 0
-    for r in rows:
-        drawn_windows[r["leaf"]] = r["windows"]
-        drawn_tokens += int(r["tokens"])
+    # The drawn leaf histogram: one small count vector per block, summed here (no shuffle: a groupby
+    # would start Ray Data's aggregator actors, seconds of fixed cost for a few thousand numbers).
+    drawn = ray.data.read_parquet(str(out / "data")).select_columns(["leaf", "n_tokens"])
+    parts = drawn.map_batches(_leaf_counts, fn_kwargs={"leaves": leaves}, batch_format="pyarrow").take_all()
+    drawn_windows = np.sum([np.asarray(p["windows"]) for p in parts], axis=0) if parts else np.zeros(leaves)
+    drawn_tokens = int(sum(p["tokens"] for p in parts))
     if drawn_windows.sum() == 0:
         raise ValueError(f"resample {method} for {domain!r} drew nothing (tokens={tokens})")
     p_drawn = drawn_windows / drawn_windows.sum()
@@ -114,9 +114,7 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
     return manifest
 
 
-def _aggs():
-    from ray.data.aggregate import Count, Sum
-
-    return Count(alias_name="windows"), Sum("n_tokens", alias_name="tokens")
-
-
+def _leaf_counts(batch: pa.Table, leaves: int) -> pa.Table:
+    counts = np.bincount(batch.column("leaf").to_numpy(), minlength=leaves)
+    return pa.table({"windows": pa.FixedSizeListArray.from_arrays(counts, leaves),
+                     "tokens": [int(pc.sum(batch.column("n_tokens")).as_py() or 0)]})
