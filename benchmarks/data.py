@@ -1,11 +1,13 @@
 """Data-pipeline benchmarks (issue 3), printing one JSON object.
 
-    python benchmarks/data.py --corpus data/corpus --run runs/quickstart [--windows 5000] [--out FILE]
+    python benchmarks/data.py --corpus data/corpus --run runs/quickstart [--windows 5000] [--repeats 3]
+                              [--only embed|resample] [--out FILE]
 
 - ``embed_ratio``: throughput of the Ray Data embed stage ÷ single-process ``SentenceTransformer.encode``
-  on the same windows with the same batch size and dtype, both timed in this run (the Ray side end to
-  end: actor start-up, importing sentence-transformers, the Parquet writes; the single process after its
-  model is loaded, timed before and after the Ray stage, the faster of the two). ``embed_ratio_steady``: the same once the actors are up (first working file to last).
+  on the same windows with the same batch size and dtype, the median of ``--repeats`` interleaved pairs
+  in this run, each on its own windows: a fresh single process (timed after its import and model load),
+  then the Ray stage end to end (actor start-up, importing sentence-transformers, the Parquet writes).
+  ``embed_ratio_steady``: the same once the actors are up (first working file to last).
 - ``resample``: windows/s of our CRISP and DSIR resampling and of the reference DSIR package
   (``data-selection``: fit, weights, resample) on the same generic windows and target domain.
 - ``peak_memory_gib``: the largest sum of RSS over this driver and every process it started (the local

@@ -194,12 +194,9 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
     if existing and existing.get("config_hash") != key:
         raise ValueError(f"{out} holds embeddings of another embed config ({existing.get('config_hash')} ≠ {key}); "
                          "choose another embed.output or delete it")
-    todo: list[tuple[str, set[str]]] = []
-    wanted = {path: selected_ids(path, cfg.fraction) for path in shards}
-    for path in shards:
-        shard = shard_key(corpus_dir, path)
-        if not (out / f"{shard}.parquet").exists():
-            todo.append((path, written_doc_ids(out / WORK / shard)))
+    shard_of = {path: shard_key(corpus_dir, path) for path in shards}
+    wanted = {shard_of[path]: selected_ids(path, cfg.fraction) for path in shards}
+    todo = {shard_of[path]: path for path in shards if not (out / f"{shard_of[path]}.parquet").exists()}
     print(f"[embed] {len(shards) - len(todo)} of {len(shards)} shards already complete; "
           f"{len(todo)} to do", flush=True)
 
@@ -208,26 +205,25 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
     import ray
 
     consolidate = ray.remote(num_cpus=0.5)(consolidate_shard)
-    paths = {shard_key(corpus_dir, path): path for path, _ in todo}
-    unreported = {shard_key(corpus_dir, path): wanted[path] - done for path, done in todo}
+    unreported = {shard: wanted[shard] - written_doc_ids(out / WORK / shard) for shard in todo}
     commits = {}
 
     def commit_when_complete(shard: str) -> None:
         if not unreported[shard] and shard not in commits:
-            commits[shard] = consolidate.remote(sorted(wanted[paths[shard]]), str(out / WORK / shard),
-                                                str(out / f"{shard}.parquet"), paths[shard])
+            commits[shard] = consolidate.remote(sorted(wanted[shard]), str(out / WORK / shard),
+                                                str(out / f"{shard}.parquet"), todo[shard])
 
     for shard in unreported:  # a shard whose documents an interrupted run all wrote
         commit_when_complete(shard)
     summaries, actors = [], 0
-    pending = [(paths[shard], needed) for shard, needed in unreported.items() if needed]
+    pending = {shard: needed for shard, needed in unreported.items() if needed}
     if pending:
         # One dataset over every shard to do (not a union per shard: a terabyte corpus has thousands);
         # each row's file names its shard. Reads are light: they run in the CPUs the actors leave.
         light = {"num_cpus": 0.25}
-        files = {str(Path(path).resolve()): shard_key(corpus_dir, path) for path, _ in pending}
-        partial = {files[str(Path(path).resolve())]: set(needed) for path, needed in pending
-                   if len(needed) < pq.read_metadata(path).num_rows}
+        files = {str(Path(todo[shard]).resolve()): shard for shard in pending}
+        partial = {shard: set(needed) for shard, needed in pending.items()
+                   if len(needed) < pq.read_metadata(todo[shard]).num_rows}
         # Blocks of one actor batch each, cut as they stream by: a small corpus read as one block would
         # otherwise feed a single actor while the others wait.
         ds = (ray.data.read_parquet(list(files), include_paths=True, **light)
@@ -252,15 +248,12 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
             commit_when_complete(summary["shard"])
             summaries.append(summary)
     results = ray.get(list(commits.values()))
-    incomplete = {paths[shard]: len(ids) for shard, ids in unreported.items() if shard not in commits}
+    incomplete = {todo[shard]: len(ids) for shard, ids in unreported.items() if shard not in commits}
     if incomplete:
         raise RuntimeError(f"embed: documents with no windows written, by input shard: {incomplete}; rerun to resume")
     shutil.rmtree(out / WORK, ignore_errors=True)  # every shard committed (a retried batch may leave a copy)
-    per_shard = {}
-    for path in shards:
-        final = out / f"{shard_key(corpus_dir, path)}.parquet"
-        per_shard[shard_key(corpus_dir, path)] = {
-            "documents": len(wanted[path]), "windows": pq.read_metadata(final).num_rows}
+    per_shard = {shard: {"documents": len(ids), "windows": pq.read_metadata(out / f"{shard}.parquet").num_rows}
+                 for shard, ids in wanted.items()}
     manifest = {
         "stage": "embed", "config_hash": key, "config": asdict(cfg), "corpus_dir": str(corpus_dir),
         "shards": per_shard, "actors": actors,

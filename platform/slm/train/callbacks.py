@@ -117,6 +117,11 @@ class Evaluator(Callback):
             metrics.update({f"eval.{d}.{k}": v for d, r in result.items() for k, v in r.items() if k != "tokens"})
 
 
+
+def snapshot_path(output: Path, step: int) -> Path:
+    """Where a run with output folder ``output`` keeps its model snapshot at ``step``."""
+    return output / "snapshots" / f"step-{step:08d}.safetensors"
+
 class Snapshotter(Callback):
     """The model as it is at given steps, kept for good: ``snapshots/step-<N>.safetensors`` plus its cost so
     far in ``snapshots.json``. One pretraining run then serves several pretraining budgets (the sweeps
@@ -134,9 +139,9 @@ class Snapshotter(Callback):
             return
         from slm.artifacts import atomic_write_json
 
-        folder = loop.output / "snapshots"
+        path = snapshot_path(loop.output, step)
+        folder = path.parent
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"step-{step:08d}.safetensors"
         loop.write_model(model, path)
         index = folder / "snapshots.json"
         known = json.loads(index.read_text()) if index.exists() else {}

@@ -147,11 +147,12 @@ def specialize_trial(config: dict) -> None:
     """The Tune function trainable: one specialization of one snapshot, on its own TorchTrainer."""
     import ray.tune
 
+    from slm.train.callbacks import snapshot_path
     from slm.train.trainer import specialize
 
     t, job = config["trial"], config["job"]
-    snapshot = (Path(job["run"]["root"]).expanduser() / job["run"]["name"] / job["pretrain"]["output"]
-                / t["source"] / "snapshots" / f"step-{t['pretrain_steps']:08d}.safetensors")
+    snapshot = snapshot_path(Path(job["run"]["root"]).expanduser() / job["run"]["name"] / job["pretrain"]["output"]
+                             / t["source"], t["pretrain_steps"])
     cfg = _with(_from_job(job), [f"specialize.source={snapshot}", f"specialize.name={t['name']}",
                                  f"specialize.domain={t['domain']}", f"specialize.domain_tokens={t['domain_tokens']}",
                                  f"specialize.train.budget={{steps: {t['specialize_steps']}}}"])
@@ -209,6 +210,7 @@ def run_sweep(cfg: JobConfig) -> dict:
     from ray.tune import TuneConfig, Tuner
 
     from slm.runtime import init_ray
+    from slm.train.callbacks import snapshot_path
     from slm.train.trainer import pretrain
 
     # Tune runs each trial in its own folder: every path a trial reads must be absolute. A sweep's runs
@@ -227,12 +229,12 @@ def run_sweep(cfg: JobConfig) -> dict:
     for run in p["runs"]:
         pre_cfg = _with(cfg, _pretrain_overrides(run, cfg.sweep))
         pretrain(pre_cfg, pre_cfg.run.dir)
-        folder = cfg.run.dir / cfg.pretrain.output / run["name"] / "snapshots"
-        missing = [s for s in run["snapshots"] if not (folder / f"step-{s:08d}.safetensors").exists()]
+        output = cfg.run.dir / cfg.pretrain.output / run["name"]
+        missing = [s for s in run["snapshots"] if not snapshot_path(output, s).exists()]
         if missing:  # fail here, not in every trial that would start from them
             raise RuntimeError(f"sweep: pretraining run {run['name']} finished without snapshots at steps {missing} "
-                               f"in {folder}; delete {folder.parent} and rerun")
-        snapshots[run["name"]] = str(folder / "snapshots.json")
+                               f"in {output / 'snapshots'}; delete {output} and rerun")
+        snapshots[run["name"]] = str(output / "snapshots" / "snapshots.json")
     storage = cfg.sweep.storage_path or str((out / "tune").resolve())
     trainable = ray.tune.with_resources(specialize_trial, {"cpu": 0.01})  # its TorchTrainer holds the CPUs
     # The experiment is keyed on the plan: a changed spec starts afresh instead of restoring another one.
