@@ -2,6 +2,7 @@
 
     python benchmarks/data.py --corpus data/corpus --run runs/quickstart [--windows 5000] [--repeats 3]
                               [--only embed|resample] [--out FILE]
+    python benchmarks/data.py --only embed-corpus [--fraction 1.0] [--compile auto|always|never] [--out FILE]
 
 - ``embed_ratio``: throughput of the Ray Data embed stage ÷ single-process ``SentenceTransformer.encode``
   on the same windows with the same batch size and dtype, the median of ``--repeats`` interleaved pairs
@@ -10,6 +11,8 @@
   ``embed_ratio_steady``: the same once the actors are up (first working file to last).
 - ``resample``: windows/s of our CRISP and DSIR resampling and of the reference DSIR package
   (``data-selection``: fit, weights, resample) on the same generic windows and target domain.
+- ``embed_corpus`` (``--only embed-corpus``): the embed stage over the whole bundled corpus, as ``slm data
+  embed`` runs it (minutes, windows/s, start-up, the actors' own encode rate).
 - ``peak_memory_gib``: the largest sum of RSS over this driver and every process it started (the local
   Ray it starts: every Ray process), sampled every second while each stage runs (``slm.runtime.PeakMemory``).
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -124,6 +128,34 @@ def bench_embed(corpus: Path, n: int, repeats: int, result: dict) -> None:
     result["embed_ratio_steady"] = float(np.median([p["embed_ratio_steady"] for p in pairs]))
 
 
+def bench_embed_corpus(corpus: Path, fraction: float, compile_mode: str, result: dict) -> None:
+    """The embed stage over the whole corpus (or a hash sample), as ``slm data embed`` runs it, on a fresh
+    local Ray: minutes, windows/s, start-up, the actors' encode rate and the peak memory."""
+    import ray
+
+    from slm.config import EmbedConfig
+    from slm.data.embed import embed_corpus
+
+    out = Path(tempfile.mkdtemp(prefix="bench-embed-corpus-"))
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    with PeakMemory() as mem:
+        t = time.perf_counter()
+        manifest = embed_corpus(corpus, EmbedConfig(fraction=fraction, compile=compile_mode), out / "emb")
+        seconds = time.perf_counter() - t
+    ray.shutdown()
+    run = manifest["embedded_this_run"]
+    result["embed_corpus"] = {
+        "corpus": str(corpus), "fraction": fraction, "documents": manifest["documents"],
+        "windows": manifest["windows"], "tokens": run["tokens"], "dtype": manifest["config"]["dtype"],
+        "actors": manifest["actors"], "compile": manifest["compile"], "seconds": round(seconds, 1),
+        "minutes": round(seconds / 60, 1), "windows_per_s": round(manifest["windows"] / seconds, 1),
+        **{k: run[k] for k in ("first_file_after_s", "steady_windows_per_s", "encode_seconds",
+                               "encode_windows_per_s_per_actor", "duplicate_windows_dropped")},
+        "peak_memory_gib": mem.peak_gib,
+    }
+    shutil.rmtree(out, ignore_errors=True)
+
+
 def bench_resample(run: Path, domain: str, tokens: int, result: dict) -> None:
     import ray
     from data_selection import HashedNgramDSIR
@@ -173,13 +205,18 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=200_000)
     ap.add_argument("--windows", type=int, default=5000)
     ap.add_argument("--repeats", type=int, default=3, help="embed: (single process, Ray stage) pairs, interleaved")
-    ap.add_argument("--only", choices=["embed", "resample"], help="run one of the two benchmarks")
+    ap.add_argument("--only", choices=["embed", "resample", "embed-corpus"],
+                    help="run one benchmark; embed-corpus (never run by default) embeds the whole corpus")
+    ap.add_argument("--fraction", type=float, default=1.0, help="embed-corpus: share of each shard")
+    ap.add_argument("--compile", default="auto", choices=["auto", "always", "never"], help="embed-corpus: embed.compile")
     ap.add_argument("--out")
     args = ap.parse_args()
     result: dict = {"machine": {"cpus": os.cpu_count()}}
-    if args.only != "resample":
+    if args.only == "embed-corpus":
+        bench_embed_corpus(Path(args.corpus), args.fraction, args.compile, result)
+    if args.only in (None, "embed"):
         bench_embed(Path(args.corpus), args.windows, args.repeats, result)
-    if args.only != "embed":
+    if args.only in (None, "resample"):
         bench_resample(Path(args.run), args.domain, args.tokens, result)
     print(json.dumps(result, indent=2))
     if args.out:

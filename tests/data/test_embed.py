@@ -111,3 +111,39 @@ def test_bad_split_names_fail_before_running():
 
     with pytest.raises(ConfigError, match=r"'embed.splits': unknown split\(s\) \['generic'\]"):
         load_job(None, ["embed.splits=[generic]"])
+
+
+def test_compiled_embedder_writes_the_eager_vectors(mini_corpus_dir, tmp_path):
+    """embed.compile=always (Inductor, frozen weights): the same windows, the same vectors as eager."""
+    from dataclasses import asdict
+
+    from slm.data.embed import WindowEmbedder, resolve_dtype
+
+    # Documents of every length, so that batches are padded, and one batch of a single window (unpadded).
+    docs = pq.read_table(corpus_files(mini_corpus_dir)["all"][0], columns=["id", "text", "source", "domain"]).slice(0, 40)
+    batch = docs.append_column("shard", pa.array(["generic/part-00000"] * docs.num_rows))
+    cfg = EmbedConfig()
+    cfg = {**asdict(cfg), "dtype": resolve_dtype(cfg.dtype, cfg.device)}
+    tables = {}
+    for mode in ("never", "always"):
+        embedder = WindowEmbedder({**cfg, "compile": mode}, str(tmp_path / mode))
+        for part in (batch, batch.slice(0, 1)):
+            embedder(part)
+        tables[mode] = pq.read_table(sorted((tmp_path / mode).rglob("batch-*.parquet"))).sort_by("id")
+    eager, compiled = tables["never"], tables["always"]
+    assert eager.num_rows > docs.num_rows  # long documents were cut into windows
+    assert compiled.drop_columns(["embedding"]).equals(eager.drop_columns(["embedding"]))
+    a, b = (np.array(t.column("embedding").to_pylist()) for t in (eager, compiled))
+    np.testing.assert_allclose(b, a, atol=BATCH_NOISE[cfg["dtype"]])
+    assert (a * b).sum(axis=1).min() > 0.999
+
+
+def test_compile_auto_only_where_it_repays_its_compile_time():
+    from slm.data.embed import COMPILE_MIN_DOCUMENTS_PER_ACTOR, resolve_compile
+
+    enough = COMPILE_MIN_DOCUMENTS_PER_ACTOR * 2
+    assert resolve_compile(EmbedConfig(), enough, actors=2) == "always"
+    assert resolve_compile(EmbedConfig(), enough - 1, actors=2) == "never"  # the quickstart's sample
+    assert resolve_compile(EmbedConfig(device="cuda"), enough, actors=2) == "never"  # measured on CPU only
+    assert resolve_compile(EmbedConfig(compile="always"), 10, actors=2) == "always"
+    assert resolve_compile(EmbedConfig(compile="never"), enough, actors=2) == "never"
