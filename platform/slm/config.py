@@ -119,9 +119,9 @@ class EmbedConfig:
     torch_threads: int = 1  # intra-op threads per actor
     device: str = "cpu"
     # torch.compile the embedder in each actor (Inductor freezing: weights packed once for oneDNN, GELU
-    # fused into the matmuls): ~1.4x eager in bare actors here, 1.05x so far inside the stage, after ~17 s
-    # of compiling per actor. auto: on CPU, with at least 10,000 documents per actor to embed (the whole
-    # bundled corpus, not the quickstart's sample); always / never force it. Measurements: docs/data.md.
+    # fused into the matmuls): 1.28x eager's encode inside the stage here, after ~17 s of compiling per
+    # actor. auto: on CPU, with at least 5,000 documents per actor to embed (the whole bundled corpus, not
+    # the quickstart's sample); always / never force it. Measurements: docs/data.md.
     compile: Literal["auto", "always", "never"] = "auto"
 
     def validate(self, prefix: str = "") -> None:
