@@ -117,10 +117,10 @@ class Evaluator(Callback):
             metrics.update({f"eval.{d}.{k}": v for d, r in result.items() for k, v in r.items() if k != "tokens"})
 
 
-
 def snapshot_path(output: Path, step: int) -> Path:
     """Where a run with output folder ``output`` keeps its model snapshot at ``step``."""
     return output / "snapshots" / f"step-{step:08d}.safetensors"
+
 
 class Snapshotter(Callback):
     """The model as it is at given steps, kept for good: ``snapshots/step-<N>.safetensors`` plus its cost so
