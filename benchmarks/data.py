@@ -7,8 +7,11 @@
 - ``embed_ratio``: throughput of the Ray Data embed stage ÷ single-process ``SentenceTransformer.encode``
   on the same windows with the same batch size and dtype, the median of ``--repeats`` interleaved pairs
   in this run, each on its own windows: a fresh single process (timed after its import and model load),
-  then the Ray stage end to end (actor start-up, importing sentence-transformers, the Parquet writes).
-  ``embed_ratio_steady``: the same once the actors are up (first working file to last).
+  then the Ray stage end to end on a fresh local Ray (actor processes, loading the exported embedder,
+  the Parquet writes).
+  ``embed_ratio_steady``: the same once the actors are up (first working file to last). The embedder's
+  export (once per machine: ``slm.data.embedder``) is made up front into a fresh cache and timed apart
+  (``export_seconds``), as the single process's import and model load are.
 - ``resample``: windows/s of our CRISP and DSIR resampling and of the reference DSIR package
   (``data-selection``: fit, weights, resample) on the same generic windows and target domain.
 - ``embed_corpus`` (``--only embed-corpus``): the embed stage over the whole bundled corpus, as ``slm data
@@ -90,8 +93,17 @@ def bench_embed(corpus: Path, n: int, repeats: int, result: dict) -> None:
     from slm.config import EmbedConfig
     from slm.data.embed import embed_corpus, resolve_dtype
 
-    cfg = EmbedConfig(splits=["all"])
+    cache = Path(tempfile.mkdtemp(prefix="bench-embedder-"))
+    cfg = EmbedConfig(splits=["all"], cache_dir=str(cache))
     dtype = resolve_dtype(cfg.dtype, cfg.device)  # both sides compute in the same dtype
+    # The first actor on a machine exports the embedder; every later one loads it. Export it here, in
+    # a fresh process, so that each pair measures what every run after a machine's first one does.
+    code = ("import time; t = time.perf_counter(); from slm.data import tokenizers; "
+            "from slm.data.embedder import SentenceEmbedder; "
+            f"SentenceEmbedder.load(tokenizers.embedder_dir(), dtype={dtype!r}, device='cpu', "
+            f"max_tokens={cfg.max_tokens}, cache_dir={str(cache)!r}); print(time.perf_counter() - t)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    export_seconds = round(float(proc.stdout.strip().splitlines()[-1]), 1)
     pairs = []
     for i in range(repeats):
         # Each pair embeds its own 5,000 windows twice: one fresh single process, then the Ray stage
@@ -114,13 +126,15 @@ def bench_embed(corpus: Path, n: int, repeats: int, result: dict) -> None:
         pairs.append({"single_process_windows_per_s": round(len(texts) / single, 2),
                       "ray_data_windows_per_s": round(len(texts) / ray_s, 2),
                       # once the actors are up (from the first working file to the last), and the
-                      # start-up before it: actor processes, importing sentence-transformers, the model
+                      # start-up before it: actor processes, loading the exported embedder, a first batch
                       "ray_data_steady_windows_per_s": steady,
                       "ray_data_startup_s": manifest["embedded_this_run"].get("first_file_after_s"),
                       "peak_memory_gib": mem.peak_gib, "actors": manifest["actors"],
                       "embed_ratio": round(single / ray_s, 3),
                       "embed_ratio_steady": round(steady * single / len(texts), 3) if steady else None})
+    shutil.rmtree(cache, ignore_errors=True)
     result["embed"] = {"windows": n, "repeats": repeats, "encode_batch": cfg.encode_batch, "dtype": dtype,
+                       "export_seconds": export_seconds,
                        "single_process_threads": os.cpu_count(), "torch_threads_per_actor": cfg.torch_threads,
                        "pairs": pairs}
     # The median pair: this shared machine's speed drifts by tens of percent between minutes.

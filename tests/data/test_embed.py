@@ -113,9 +113,56 @@ def test_bad_split_names_fail_before_running():
         load_job(None, ["embed.splits=[generic]"])
 
 
+def test_exported_embedder_is_sentence_transformers_encode(mini_corpus_dir, tmp_path):
+    """The actors' embedder (the model's forward, exported once per machine) gives encode()'s vectors;
+    a process that loads it from the cache never imports sentence-transformers (the start-up it saves)."""
+    import subprocess
+    import sys
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from slm.data.embed import resolve_dtype
+    from slm.data.embedder import SentenceEmbedder
+
+    dtype = resolve_dtype("auto", "cpu")
+    settings = {"dtype": dtype, "device": "cpu", "max_tokens": 256, "cache_dir": str(tmp_path)}
+    embedder = SentenceEmbedder.load(tokenizers.embedder_dir(), **settings)  # not cached: exports first
+    (cached,) = tmp_path.glob("*.pt2")
+    # Real documents of every length: many longer than 256 tokens (truncated), batches padded.
+    texts = pq.read_table(corpus_files(mini_corpus_dir)["all"][0], columns=["text"]).column("text").to_pylist()[:60]
+    assert max(len(tokenizers.load(tokenizers.EMBEDDER).encode(t).ids) for t in texts) > 256
+    model = SentenceTransformer(str(tokenizers.embedder_dir()), device="cpu",
+                                model_kwargs={"torch_dtype": getattr(torch, dtype)})
+    model.max_seq_length = 256
+    reference = model.encode(texts, batch_size=16, convert_to_numpy=True).astype(np.float32)
+    ours = embedder.encode(texts, 16)
+    np.testing.assert_allclose(ours, reference, atol=BATCH_NOISE[dtype] / 10)  # the same batches: near-equal
+    np.testing.assert_allclose(embedder.encode(texts[:1], 1), reference[:1], atol=BATCH_NOISE[dtype])
+    assert embedder.dimension() == 384 and embedder.encode([], 16).shape == (0, 384)
+
+    code = ("import sys; from slm.data import tokenizers; from slm.data.embedder import SentenceEmbedder; "
+            f"e = SentenceEmbedder.load(tokenizers.embedder_dir(), **{settings!r}); "
+            "print(e.dimension(), 'sentence_transformers' in sys.modules, 'transformers' in sys.modules)")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert loaded.stdout.split() == ["384", "False", "False"]
+    assert len(list(tmp_path.glob("*.pt2"))) == 1  # loaded from the cache, not exported again
+
+    other = SentenceEmbedder.load(tokenizers.embedder_dir(), **{**settings, "dtype": "float32"})
+    assert len(list(tmp_path.glob("*.pt2"))) == 2  # another dtype, another program
+    assert ((other.encode(texts, 16) * reference).sum(axis=1) / np.linalg.norm(reference, axis=1)).min() > 0.995
+
+    cached.write_bytes(cached.read_bytes()[:1000])  # a damaged cache file is exported anew, not fatal
+    np.testing.assert_allclose(SentenceEmbedder.load(tokenizers.embedder_dir(), **settings).encode(texts[:8], 16),
+                               ours[:8], atol=BATCH_NOISE[dtype] / 10)
+
+
 def test_compiled_embedder_writes_the_eager_vectors(mini_corpus_dir, tmp_path):
     """embed.compile=always (Inductor, frozen weights): the same windows, the same vectors as eager."""
+    from concurrent.futures import ThreadPoolExecutor
     from dataclasses import asdict
+
+    from torch._dynamo.utils import counters
 
     from slm.data.embed import WindowEmbedder, resolve_dtype
 
@@ -125,11 +172,15 @@ def test_compiled_embedder_writes_the_eager_vectors(mini_corpus_dir, tmp_path):
     cfg = EmbedConfig()
     cfg = {**asdict(cfg), "dtype": resolve_dtype(cfg.dtype, cfg.device)}
     tables = {}
+    counters.clear()
     for mode in ("never", "always"):
         embedder = WindowEmbedder({**cfg, "compile": mode}, str(tmp_path / mode))
-        for part in (batch, batch.slice(0, 1)):
-            embedder(part)
+        # Called from another thread than the constructor's, as Ray Data calls its actors: Inductor's
+        # settings are per thread, and freezing must still apply where the compile happens.
+        with ThreadPoolExecutor(1) as thread:
+            thread.submit(lambda e=embedder: [e(part) for part in (batch, batch.slice(0, 1))]).result()
         tables[mode] = pq.read_table(sorted((tmp_path / mode).rglob("batch-*.parquet"))).sort_by("id")
+    assert counters["inductor"]["mkldnn_linear_weight_pack_matcher_count"] > 0  # frozen: weights packed
     eager, compiled = tables["never"], tables["always"]
     assert eager.num_rows > docs.num_rows  # long documents were cut into windows
     assert compiled.drop_columns(["embedding"]).equals(eager.drop_columns(["embedding"]))

