@@ -74,7 +74,7 @@ class SentenceEmbedder:
         """torch.compile the forward for no-grad calls over varying batch and sequence sizes.
 
         Inductor's freezing treats the weights as constants: on CPU it packs them for oneDNN once and
-        fuses the GELU and biases into the matmuls (1.28x eager's encode inside the stage here; see
+        fuses the GELU and biases into the matmuls (1.17x eager's windows/s inside the stage here; see
         docs/data.md). ``dynamic=True`` makes one graph for every (batch, length) instead of a compile per
         new shape. Outputs match eager to a cosine of 0.999 (tested).
         """
