@@ -4,8 +4,9 @@ Importing sentence-transformers costs a fresh process ~3.7 s of CPU (it pulls in
 scikit-learn, SciPy and pandas), and every actor of every embed stage paid it before its first batch: on
 2 cores, the largest part of a small stage's start-up. So the model's forward — ``SentenceTransformer``'s
 modules in order (transformer, pooling, normalization): token tensors in, sentence embeddings out — is
-exported once per machine with ``torch.export`` (~2 s, by the first actor that needs it) and saved under
-``embed.cache_dir``; an actor then imports torch and loads the program (~2.3 s in all). The texts are
+exported once per machine with ``torch.export`` (6–9 s with that import, by the first actor that needs
+it) and saved under ``embed.cache_dir``; an actor then imports torch and loads the program (~2.5 s in
+all). The texts are
 tokenized with the model's own ``tokenizer.json`` as ``SentenceTransformer.encode`` tokenizes them
 (truncation to ``max_seq_length``, padding to the longest of each batch, batches sorted by length), so
 the vectors are encode()'s up to the dtype's rounding (tested against it).
