@@ -171,8 +171,10 @@ def test_distill_and_lora_specialization(pretrained, train_run):
     assert all("kd" in r and r["omega"] == 0.5 for r in rows)
     assert m["teacher_cost"] == pretrained["importance"]["cost"]
     cfg = job(train_run, "specialize.source=generic-tiny", "specialize.name=lora", "specialize.lora.rank=4",
-              "specialize.domain_tokens=3200", "specialize.train.budget.steps=30",
-              "specialize.train.optim.lr=3e-3")
+              "specialize.domain_tokens=3200", "specialize.train.budget.steps=60",
+              # 30 steps at 3e-3 moved the valid loss by -0.0009 to 0.014 across runs (the fixture's base
+              # model varies); 60 at 1e-2: 0.024
+              "specialize.train.optim.lr=1e-2")
     m = specialize(cfg, cfg.run.dir)
     from slm.models.gpt import load_dense
 
