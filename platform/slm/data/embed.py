@@ -97,8 +97,7 @@ class WindowEmbedder:
             raise ValueError(f"embed.model_path {path}: embedding dimension {dim}, expected {EMBEDDING_DIM}")
         if cfg["compile"] == "always":  # embed_corpus resolved auto
             self.embedder.compile()
-        self.tokenizer = tokenizers.load(cfg["model_path"] + "/tokenizer.json" if cfg["model_path"]
-                                         else tokenizers.EMBEDDER)
+        self.tokenizer = tokenizers.load(str(Path(path) / "tokenizer.json"))  # for windows: no truncation
         self.cfg, self.out_root = cfg, Path(out_root)
         self.schema = window_schema(dim)
 

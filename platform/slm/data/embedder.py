@@ -6,10 +6,9 @@ scikit-learn, SciPy and pandas), and every actor of every embed stage paid it be
 modules in order (transformer, pooling, normalization): token tensors in, sentence embeddings out — is
 exported once per machine with ``torch.export`` (6–9 s with that import, by the first actor that needs
 it) and saved under ``embed.cache_dir``; an actor then imports torch and loads the program (~2.5 s in
-all). The texts are
-tokenized with the model's own ``tokenizer.json`` as ``SentenceTransformer.encode`` tokenizes them
-(truncation to ``max_seq_length``, padding to the longest of each batch, batches sorted by length), so
-the vectors are encode()'s up to the dtype's rounding (tested against it).
+all). The texts are tokenized with the model's own ``tokenizer.json`` as ``SentenceTransformer.encode``
+tokenizes them (truncation to ``max_seq_length``, padding to the longest of each batch, batches sorted by
+length), so the vectors are encode()'s up to the dtype's rounding (tested against it).
 """
 
 from __future__ import annotations
