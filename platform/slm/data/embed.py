@@ -44,7 +44,6 @@ WORK = ".work"
 # full bundled corpus, compiled (the model, its packed weights and kernels, a batch of ~1,000 windows);
 # Ray Data's issue detector asks for 2.5 GiB.
 ACTOR_MEMORY = int(2.5 * 2**30)
-COMPILE_MIN_DOCUMENTS_PER_ACTOR = 5_000  # embed.compile=auto: see resolve_compile
 
 
 def window_schema(dim: int = EMBEDDING_DIM) -> pa.Schema:
@@ -91,12 +90,12 @@ class WindowEmbedder:
         torch.set_num_threads(cfg["torch_threads"])
         path = cfg["model_path"] or str(tokenizers.embedder_dir())
         self.embedder = SentenceEmbedder.load(path, dtype=cfg["dtype"], device=cfg["device"],
-                                              max_tokens=cfg["max_tokens"], cache_dir=cfg["cache_dir"])
+                                              max_tokens=cfg["max_tokens"], cache_dir=cfg["cache_dir"],
+                                              compiled=cfg["compile"] == "always",  # embed_corpus resolved auto
+                                              threads=cfg["torch_threads"])
         dim = self.embedder.dimension()
         if dim != EMBEDDING_DIM:
             raise ValueError(f"embed.model_path {path}: embedding dimension {dim}, expected {EMBEDDING_DIM}")
-        if cfg["compile"] == "always":  # embed_corpus resolved auto
-            self.embedder.compile()
         self.tokenizer = tokenizers.load(str(Path(path) / "tokenizer.json"))  # for windows: no truncation
         self.cfg, self.out_root = cfg, Path(out_root)
         self.schema = window_schema(dim)
@@ -141,15 +140,12 @@ class WindowEmbedder:
                          "encode_seconds": [time.perf_counter() - encode_started], "written_at": [time.time()]})
 
 
-def resolve_compile(cfg: EmbedConfig, documents: int, actors: int) -> str:
-    """``embed.compile=auto`` → ``always`` on CPU when each actor surely has enough windows to repay its
-    ~14 s of compiling, else ``never``. Compiled, a window took ~2.8 ms less inside the stage here (12.8
-    vs 15.6 ms on one core), so compiling pays after ~5,000 windows per actor; a document is at least one
-    window (~4 in the bundled corpus)."""
+def resolve_compile(cfg: EmbedConfig) -> str:
+    """``embed.compile=auto`` → ``always`` on CPU (compiled once per machine, ahead of time, and cached:
+    every run after the first loads it at no cost and runs faster), ``never`` on GPUs (not measured)."""
     if cfg.compile != "auto":
         return cfg.compile
-    large = documents >= COMPILE_MIN_DOCUMENTS_PER_ACTOR * actors
-    return "always" if cfg.device == "cpu" and large else "never"
+    return "always" if cfg.device == "cpu" else "never"
 
 
 def normalize(vectors: np.ndarray) -> np.ndarray:
@@ -244,7 +240,7 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
                            batch_format="pyarrow", **light)
               .repartition(target_num_rows_per_block=cfg.batch_docs))
         actors = actor_count(cfg)
-        compiled = resolve_compile(cfg, sum(len(needed) for needed in pending.values()), actors)
+        compiled = resolve_compile(cfg)
         print(f"[embed] {actors} actors, compile={compiled}", flush=True)
         written = ds.map_batches(
             WindowEmbedder,
@@ -297,7 +293,7 @@ def steady_state(summaries: list[dict], started: float) -> dict:
     encode = sum(s["encode_seconds"] for s in summaries)
     return {"first_file_after_s": round(first - started, 1),
             "steady_windows_per_s": round(after_first / (last - first), 2) if last > first else None,
-            # the model alone, per actor (first batches included: torch.compile compiles in them)
+            # the model alone, per actor (tokenizing included)
             "encode_seconds": round(encode, 1),
             "encode_windows_per_s_per_actor": round(sum(s["windows"] for s in summaries) / encode, 2)}
 

@@ -4,11 +4,23 @@ Importing sentence-transformers costs a fresh process ~3.7 s of CPU (it pulls in
 scikit-learn, SciPy and pandas), and every actor of every embed stage paid it before its first batch: on
 2 cores, the largest part of a small stage's start-up. So the model's forward — ``SentenceTransformer``'s
 modules in order (transformer, pooling, normalization): token tensors in, sentence embeddings out — is
-exported once per machine with ``torch.export`` (6–9 s with that import, by the first actor that needs
-it) and saved under ``embed.cache_dir``; an actor then imports torch and loads the program (~2.5 s in
-all). The texts are tokenized with the model's own ``tokenizer.json`` as ``SentenceTransformer.encode``
-tokenizes them (truncation to ``max_seq_length``, padding to the longest of each batch, batches sorted by
-length), so the vectors are encode()'s up to the dtype's rounding (tested against it).
+exported once per machine with ``torch.export`` by the first actor that needs it (the others wait for it
+on a file lock) and kept under ``embed.cache_dir`` in one of two forms, both loaded with torch alone:
+
+- **compiled** (``embed.compile``'s default on CPU): AOTInductor compiles the exported program ahead of
+  time into a shared library: Inductor's fused C++ kernels for everything between the matmuls (layer
+  norms, GELU, softmax, pooling), the matmuls left to torch's own. ~20–30 s once per machine (a C++
+  compiler is needed); an actor then loads it in ~0.1 s and runs ~1.1× the eager program's windows/s on
+  one thread here.
+- **eager**: the graph module the program unlifts to (generated Python over aten ops, and the weights),
+  ~0.1 s to load.
+
+Either way an actor pays only torch's import (~1.2 s). The ``.pt2`` archive of ``torch.export.save``
+took ~2.2 s more to load, and the public AOTInductor loader ~2.8 s more: both import the export
+deserializer, TorchDynamo and Inductor's compiler. The texts are tokenized with the model's own
+``tokenizer.json`` as ``SentenceTransformer.encode`` tokenizes them (truncation to ``max_seq_length``,
+padding to the longest of each batch, batches sorted by length), so the vectors are encode()'s up to
+the dtype's rounding (tested against it).
 """
 
 from __future__ import annotations
@@ -18,81 +30,71 @@ import importlib.metadata
 import io
 import json
 import os
+import platform
 from pathlib import Path
 
 import numpy as np
 
 from slm.artifacts import atomic_write_bytes
 
-# What the exported program is a function of, besides the model's files: a newer torch may not read an
+# What an exported program is a function of, besides the model's files: a newer torch may not read an
 # older file, and the graph is traced through the installed transformers and sentence-transformers code.
 TRACED_BY = ("torch", "transformers", "sentence-transformers")
 
 
-def export_key(model_path: str | Path, dtype: str, device: str) -> str:
-    """The cache name of one model's exported forward: its files (name, size, time), dtype, device type
-    and the versions that traced it. Cheap: no file is read, so an actor can check it at every start."""
+def export_key(model_path: str | Path, dtype: str, device: str, compiled: bool = False, threads: int = 1) -> str:
+    """The cache name of one model's exported forward: its files (name, size, time), dtype, device type,
+    the versions that traced it and, compiled for a CPU, that CPU (its instruction set) and the thread
+    count the kernels were generated for. Cheap: no file is read but the CPU's description, so an actor
+    can check it at every start."""
     root = Path(model_path).resolve()
     files = sorted((str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns)
                    for p in root.rglob("*") if p.is_file())
     versions = {name: importlib.metadata.version(name) for name in TRACED_BY}
-    identity = json.dumps([str(root), files, dtype, device.split(":")[0], versions])
+    target = f"{cpu_target()} threads={threads}" if compiled and device.startswith("cpu") else ""
+    identity = json.dumps([str(root), files, dtype, device.split(":")[0], versions, compiled, target])
     return hashlib.blake2b(identity.encode(), digest_size=10).hexdigest()
+
+
+def cpu_target() -> str:
+    """The CPU's architecture and instruction-set flags: code compiled for one may not run on another (a
+    cache folder shared by machines of different CPUs)."""
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    except (OSError, StopIteration):
+        flags = ""
+    return f"{platform.machine()} {flags}"
 
 
 class SentenceEmbedder:
     """``SentenceTransformer.encode`` over an exported forward: texts → float32 sentence embeddings."""
 
-    def __init__(self, program, tokenizer, inputs: list[str], device: str):
-        self.forward, self.tokenizer, self.inputs, self.device = program, tokenizer, inputs, device
+    def __init__(self, forward, tokenizer, inputs: list[str], device: str):
+        self.forward, self.tokenizer, self.inputs, self.device = forward, tokenizer, inputs, device
 
     @classmethod
     def load(cls, model_path: str | Path, *, dtype: str, device: str, max_tokens: int,
-             cache_dir: str | Path) -> SentenceEmbedder:
-        """The exported forward of the model at ``model_path`` from ``cache_dir``, exported there first
-        if this machine has not yet (written atomically: actors exporting at once each write a whole file)."""
-        import torch
+             cache_dir: str | Path, compiled: bool = False, threads: int = 1) -> SentenceEmbedder:
+        """The exported forward of the model at ``model_path`` (AOTInductor-compiled for ``threads``
+        CPU threads, or eager) from ``cache_dir``, exported there first if this machine has not yet."""
         from tokenizers import Tokenizer
 
-        path = Path(cache_dir).expanduser() / f"{export_key(model_path, dtype, device)}.pt2"
-        if not path.exists():
-            export_sentence_transformer(model_path, dtype=dtype, device=device, path=path)
-        extra = {"inputs.json": ""}
+        suffix = ".aoti.pt2" if compiled else ".pt"
+        path = Path(cache_dir).expanduser() / f"{export_key(model_path, dtype, device, compiled, threads)}{suffix}"
+        settings = {"dtype": dtype, "device": device, "path": path, "compiled": compiled, "threads": threads}
+        export_once(model_path, **settings)
         try:
-            program = torch.export.load(path, extra_files=extra)
+            forward, inputs = _load_program(path, compiled)
         except Exception as error:  # a damaged cache file (a full disk, a hand copy): export it anew
             print(f"[embed] {path} did not load ({error!r}); exporting the embedder again", flush=True)
-            export_sentence_transformer(model_path, dtype=dtype, device=device, path=path)
-            program = torch.export.load(path, extra_files=extra)
+            path.unlink(missing_ok=True)
+            export_once(model_path, **settings)
+            forward, inputs = _load_program(path, compiled)
         tokenizer = Tokenizer.from_file(str(Path(model_path) / "tokenizer.json"))
         tokenizer.enable_truncation(max_tokens)  # [CLS] and [SEP] included, as max_seq_length counts them
         # Padded positions are masked out of attention and pooling: the pad id does not change a vector.
         tokenizer.enable_padding(pad_id=tokenizer.token_to_id("[PAD]") or 0)
-        return cls(program.module(), tokenizer, json.loads(extra["inputs.json"]), device)
-
-    def compile(self) -> None:
-        """torch.compile the forward for no-grad calls over varying batch and sequence sizes.
-
-        Inductor's freezing treats the weights as constants: on CPU it packs them for oneDNN once and
-        fuses the GELU and biases into the matmuls (1.17x eager's windows/s inside the stage here; see
-        docs/data.md). ``dynamic=True`` makes one graph for every (batch, length) instead of a compile per
-        new shape. Outputs match eager to a cosine of 0.999 (tested).
-        """
-        import torch
-        import torch._inductor.config as inductor
-
-        compiled = torch.compile(self.forward, dynamic=True)
-
-        def forward(*tensors):
-            # Inductor's settings are per thread (a ContextVar in torch 2.13), and Ray Data calls the
-            # actor in another thread than its constructor: set them around each call, where compiling
-            # happens (set once in the constructor, the actors compiled without freezing: eager speed).
-            # Kernels are generated in this process (compile_threads=1): a pool of compile workers per
-            # actor raised the whole-corpus run's peak from 6.6 to 7.6 GiB, for CPUs the other actors use.
-            with inductor.patch(freezing=True, compile_threads=1):
-                return compiled(*tensors)
-
-        self.forward = forward
+        return cls(forward, tokenizer, inputs, device)
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         """Sentence embeddings (float32) of ``texts``, in their order, ``batch_size`` texts a forward."""
@@ -122,9 +124,41 @@ class SentenceEmbedder:
                 for name in self.inputs]
 
 
-def export_sentence_transformer(model_path: str | Path, *, dtype: str, device: str, path: Path) -> None:
+def _load_program(path: Path, compiled: bool):
+    """(forward, its input names) from a cache file ``export_sentence_transformer`` wrote."""
+    import torch
+
+    if compiled:
+        # The loader torch.export.pt2_archive wraps (torch._inductor.aoti_load_package): the wrapper's
+        # module imports Inductor and TorchDynamo, ~2.8 s of an actor's start. Its call is positional
+        # tensors in, a list of tensors out.
+        loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
+        return (lambda *tensors: loader.run(list(tensors))[0]), json.loads(loader.get_metadata()["inputs"])
+    # A pickle (a graph module is code plus weights): only ever one this machine's export wrote.
+    saved = torch.load(path, weights_only=False)
+    return saved["forward"], saved["inputs"]
+
+
+def export_once(model_path: str | Path, *, dtype: str, device: str, path: Path, compiled: bool,
+                threads: int) -> None:
+    """Export (and compile) the embedder to ``path`` unless there already: one process per machine does
+    it while the others starting with it wait on a lock, instead of each compiling the same program."""
+    from filelock import FileLock
+
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{path}.lock"):
+        if not path.exists():  # not written meanwhile by the process that held the lock
+            export_sentence_transformer(model_path, dtype=dtype, device=device, path=path, compiled=compiled,
+                                        threads=threads)
+
+
+def export_sentence_transformer(model_path: str | Path, *, dtype: str, device: str, path: Path,
+                                compiled: bool = False, threads: int = 1) -> None:
     """Export ``SentenceTransformer(model_path).forward`` (token tensors → ``sentence_embedding``) with
-    dynamic batch and sequence sizes to ``path``."""
+    dynamic batch and sequence sizes to ``path``: compiled by AOTInductor (its CPU kernels for ``threads``
+    threads), or its eager graph module."""
     import torch
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local model: never ask the hub
@@ -156,6 +190,30 @@ def export_sentence_transformer(model_path: str | Path, *, dtype: str, device: s
     dynamic = {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}  # batch and length: any
     with torch.no_grad():
         program = torch.export.export(Forward(), args, dynamic_shapes=((dynamic,) * len(args),))  # one *tensors
-    buffer = io.BytesIO()  # torch.export.save wants a name ending in .pt2: not a temporary one
-    torch.export.save(program, buffer, extra_files={"inputs.json": json.dumps(inputs)})
+    buffer = io.BytesIO()
+    if compiled:
+        try:
+            torch._inductor.aoti_compile_and_package(
+                program, package_path=buffer,
+                # Kernels built in this process (a pool of compile workers would hold memory for nothing:
+                # this runs once). Inductor writes the OpenMP thread count into the CPU kernels: the
+                # actors' own, not this process's. The input names ride in the package's metadata.
+                # (Freezing the weights changed neither the kernels nor the speed here: left off.)
+                inductor_configs={"compile_threads": 1, "cpp.threads": threads,
+                                  "aot_inductor.metadata": {"inputs": json.dumps(inputs)}})
+        except Exception as error:
+            raise RuntimeError(f"embed.compile: compiling the embedder with AOTInductor failed ({error!r}); it "
+                               "needs a C++ compiler (g++ or clang++). Set embed.compile=never to run it "
+                               "uncompiled") from error
+        atomic_write_bytes(path, buffer.getvalue())
+        return
+    # A plain graph module: loading one re-traces its code with torch.fx's symbolic tracer. The unlifted
+    # module's shape-guard submodule cannot be pickled (what it checks, lengths within the position
+    # table, truncation to max_tokens ensures), and the export's own tracer cannot re-trace.
+    module = program.module()
+    graph = module.graph
+    for node in [n for n in graph.nodes if n.op == "call_module" and n.target == "_guards_fn"]:
+        graph.erase_node(node)
+    graph._tracer_cls, graph._tracer_extras = None, None
+    torch.save({"forward": torch.fx.GraphModule(module, graph), "inputs": inputs}, buffer)
     atomic_write_bytes(path, buffer.getvalue())
