@@ -94,7 +94,7 @@ class EmbedConfig:
     # Which corpus splits to embed: "all" (generic), "train" / "valid" (specialist domains).
     splits: list[str] = field(default_factory=lambda: ["all", "train"])
     # Share of each shard's documents to embed, chosen by content hash (1.0: all). On 2 CPU cores with
-    # bfloat16, compiled, the whole bundled corpus (204k windows) takes ~22 minutes; the quickstart embeds
+    # bfloat16, compiled, the whole bundled corpus (204k windows) takes ~23 minutes; the quickstart embeds
     # a sample.
     fraction: float = 1.0
     output: str = ""  # default: <corpus.dir>/embeddings (…/embeddings-f<fraction> for a sample)

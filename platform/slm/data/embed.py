@@ -42,8 +42,8 @@ from slm.data import tokenizers
 EMBEDDING_DIM = 384
 WORK = ".work"
 # What an embedding actor holds, reserved so that Ray places actors where it fits: up to 2.0 GiB on the
-# full bundled corpus, compiled (the model, its packed weights and kernels, a batch of ~1,000 windows);
-# Ray Data's issue detector asks for 2.5 GiB.
+# full bundled corpus when each actor torch.compiled the model (the whole local Ray's peak is 5.6 GiB
+# since it loads the compiled library instead); Ray Data's issue detector asked for 2.5 GiB.
 ACTOR_MEMORY = int(2.5 * 2**30)
 
 
