@@ -122,7 +122,7 @@ class EmbedConfig:
     torch_threads: int = 1  # intra-op threads per actor
     device: str = "cpu"
     # Compile the exported embedder ahead of time with AOTInductor, once per machine (~30 s, needs a C++
-    # compiler), kept in cache_dir: ~1.1x the eager program's windows/s on one thread here, and loaded as
+    # compiler), kept in cache_dir: 1.07x the eager program's windows/s in the stage here, and loaded as
     # fast. auto: on CPU (GPUs not measured); always / never force it. Measurements: docs/data.md.
     compile: Literal["auto", "always", "never"] = "auto"
 

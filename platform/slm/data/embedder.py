@@ -9,9 +9,9 @@ on a file lock) and kept under ``embed.cache_dir`` in one of two forms, both loa
 
 - **compiled** (``embed.compile``'s default on CPU): AOTInductor compiles the exported program ahead of
   time into a shared library: Inductor's fused C++ kernels for everything between the matmuls (layer
-  norms, GELU, softmax, pooling), the matmuls left to torch's own. ~20–30 s once per machine (a C++
-  compiler is needed); an actor then loads it in ~0.1 s and runs ~1.1× the eager program's windows/s on
-  one thread here.
+  norms, GELU, softmax, pooling), the matmuls left to torch's own. ~30 s once per machine (a C++
+  compiler is needed); an actor then loads it in ~0.1 s and runs 1.07× the eager program's windows/s in
+  the stage here (docs/data.md).
 - **eager**: the graph module the program unlifts to (generated Python over aten ops, and the weights),
   ~0.1 s to load.
 
