@@ -129,9 +129,9 @@ def _load_program(path: Path, compiled: bool):
     import torch
 
     if compiled:
-        # The loader torch.export.pt2_archive wraps (torch._inductor.aoti_load_package): the wrapper's
-        # module imports Inductor and TorchDynamo, ~2.8 s of an actor's start. Its call is positional
-        # tensors in, a list of tensors out.
+        # torch's C++ package loader, the one torch._inductor.aoti_load_package wraps: the wrapper's
+        # module imports Inductor and TorchDynamo (~2.8 s of an actor's start). Positional tensors in, a
+        # list of tensors out.
         loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
         return (lambda *tensors: loader.run(list(tensors))[0]), json.loads(loader.get_metadata()["inputs"])
     # A pickle (a graph module is code plus weights): only ever one this machine's export wrote.
