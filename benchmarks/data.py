@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -96,14 +97,13 @@ def bench_embed(corpus: Path, n: int, repeats: int, result: dict) -> None:
     cache = Path(tempfile.mkdtemp(prefix="bench-embedder-"))
     cfg = EmbedConfig(splits=["all"], cache_dir=str(cache))
     dtype = resolve_dtype(cfg.dtype, cfg.device)  # both sides compute in the same dtype
-    # The first actor on a machine exports (and compiles) the embedder; every later one loads it. Do it
-    # here, in a fresh process, so that each pair measures what every run after a machine's first does.
-    compiled = resolve_compile(cfg) == "always"
-    code = ("import time; t = time.perf_counter(); from slm.data import tokenizers; "
-            "from slm.data.embedder import SentenceEmbedder; "
-            f"SentenceEmbedder.load(tokenizers.embedder_dir(), dtype={dtype!r}, device='cpu', "
-            f"max_tokens={cfg.max_tokens}, cache_dir={str(cache)!r}, compiled={compiled}, "
-            f"threads={cfg.torch_threads}); print(time.perf_counter() - t)")
+    # The first actor on a machine exports (and compiles) the embedder; every later one loads it. Start
+    # one here, in a fresh process, with the settings embed_corpus gives its actors, so that each pair
+    # measures what every run after a machine's first does.
+    compiled = resolve_compile(cfg)
+    actor_cfg = {**asdict(cfg), "dtype": dtype, "compile": compiled}
+    code = ("import time; t = time.perf_counter(); from slm.data.embed import WindowEmbedder; "
+            f"WindowEmbedder({actor_cfg!r}, {str(cache)!r}); print(time.perf_counter() - t)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     export_seconds = round(float(proc.stdout.strip().splitlines()[-1]), 1)
     pairs = []
@@ -137,7 +137,7 @@ def bench_embed(corpus: Path, n: int, repeats: int, result: dict) -> None:
                       "embed_ratio_steady": round(steady * single / len(texts), 3) if steady else None})
     shutil.rmtree(cache, ignore_errors=True)
     result["embed"] = {"windows": n, "repeats": repeats, "encode_batch": cfg.encode_batch, "dtype": dtype,
-                       "compile": resolve_compile(cfg), "export_seconds": export_seconds,
+                       "compile": compiled, "export_seconds": export_seconds,
                        "single_process_threads": os.cpu_count(), "torch_threads_per_actor": cfg.torch_threads,
                        "pairs": pairs}
     # The median pair: this shared machine's speed drifts by tens of percent between minutes.
