@@ -1,9 +1,11 @@
-"""Model benchmarks (issue 4): Soup-of-Experts step overhead, instantiated-model forward, CPU MFU.
+"""Model benchmarks (issues 4 and 15): Soup-of-Experts step overhead, instantiated-model forward, CPU MFU.
 
     python benchmarks/models.py [--quick] [--out benchmarks/results/models.json]
 
 Prints one JSON object. Ratios are measured in one run with interleaved repetitions (this machine is
-shared and noisy): each configuration's median step time over the same number of repetitions.
+shared and noisy): each configuration's median step time over the same number of repetitions. Steps run
+under the training defaults as this machine resolves them (``precision: auto``, ``compile: auto`` for a
+long run: ``slm.train.hardware``), and MFU is against the matmul peak of that precision, probed here.
 """
 
 from __future__ import annotations
@@ -17,24 +19,19 @@ from pathlib import Path
 
 import torch
 
+from slm.config import TrainConfig
 from slm.models import GPT, SoupOfExperts, preset
 from slm.models.soup import DomainPrior
+from slm.train import hardware
 
-
-def matmul_peak(n: int = 2048, reps: int = 10) -> float:
-    """FLOP/s of a large float32 matmul on this machine's threads: the peak MFU is divided by."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    for _ in range(2):
-        a @ b
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - t)
-    return 2 * n**3 / statistics.median(times)
+DEFAULTS = TrainConfig()
+PRECISION = hardware.worker_precision(DEFAULTS, "cpu", "train.precision")
+COMPILED = hardware.resolve_compile(DEFAULTS.compile, "cpu", PRECISION, None, None).enabled
 
 
 def make_step(model, batch_size, seq_len, vocab, kind, n_domains=None):
+    if COMPILED:
+        model.compile()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # as the trainer runs it
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, vocab, (batch_size, seq_len), generator=g)
@@ -43,7 +40,8 @@ def make_step(model, batch_size, seq_len, vocab, kind, n_domains=None):
 
     def step():
         t = time.perf_counter()
-        loss = model(x, prior.sample(), y).loss if kind == "soup" else model(x, y).loss
+        with hardware.autocast(PRECISION, "cpu"):
+            loss = model(x, prior.sample(), y).loss if kind == "soup" else model(x, y).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -77,9 +75,9 @@ def main() -> None:
     result: dict = {"machine": {"threads": torch.get_num_threads(), "torch": torch.__version__,
                                 "processor": platform.processor() or platform.machine()},
                     "model": "cpu-small", "seq_len": cfg.seq_len, "optimizer": "AdamW(fused=True)",
-                    "repetitions": reps}
+                    "repetitions": reps, "precision": PRECISION, "compiled": COMPILED}
 
-    peak = matmul_peak()
+    peak = hardware.matmul_flops(torch.device("cpu"), torch.bfloat16 if PRECISION == "bf16" else torch.float32)
     result["matmul_peak_gflops"] = round(peak / 1e9, 1)
 
     # --- Soup-of-Experts step ÷ dense step, same batch. Each soup is timed in alternation with its own
@@ -117,7 +115,7 @@ def main() -> None:
     def fwd(model):
         def run():
             t = time.perf_counter()
-            with torch.no_grad():
+            with torch.no_grad(), hardware.autocast(PRECISION, "cpu"):
                 model(x)
             return time.perf_counter() - t
         return run

@@ -1,22 +1,40 @@
-"""Training benchmarks (issue 5): Ray Train's overhead over a plain PyTorch loop, DeepSpeed ZeRO-2 vs DDP.
+"""Training benchmarks (issues 5 and 15): the speed of precision and compilation choices, Ray Train's
+overhead, DeepSpeed ZeRO-2 vs DDP.
 
     python benchmarks/train.py [--run-dir runs/quickstart] [--out benchmarks/results/train.json]
 
 Needs a run directory with a tokenizer and `packed/generic` (the quickstart job makes them).
-Prints one JSON object:
+Prints one JSON object; every ratio is measured side by side in this one run:
 
-- ``ray_train_overhead``: the steady-state step time of our loop on Ray Train (1 worker with the
-  machine's 2 threads; sampler, memory-mapped rows, callbacks, a metrics.jsonl/TensorBoard line every
-  10 steps, ``ray.train.report`` every 50) ÷ a plain PyTorch loop on the same model, batch, optimizer and
-  threads (random rows of the same memory map), run in its own process before and after the Ray run
-  (the mean of the two). Step times are medians over the steady window (the first steps warm up).
+- ``defaults``: what ``precision: auto`` and ``compile: auto`` resolve to on this machine, and why.
+- ``train_speedup``: for ``cpu-small``, ``d2`` and the soup (n = 8, 32 sequences per worker), 2 CPU
+  workers of one thread, our pretrain stage on Ray Train: steady tokens/s of each configuration ÷ tokens/s
+  of fp32 eager (the training path before issue 15). Configurations: ``defaults``, ``fp32_compiled``
+  and ``bf16_compiled``; a configuration this machine refuses (bf16 on a CPU without native bf16) is
+  reported with the reason instead of a number.
+- ``loss_agreement``: the d2 runs are 200 steps from the same seed: each configuration's final training
+  loss and valid perplexity against fp32 eager's (relative difference).
+- ``compile_warmup``: one process, d2 under the defaults' precision: the seconds the first compiled steps
+  take beyond the steady step with an empty Inductor cache (a machine's first compile) and, in a new
+  process, with that cache filled; and the compiled ÷ eager steady step.
+- ``bf16_emulation``: where bf16 is not native, a one-process d2 step in bf16 autocast ÷ in fp32 (why
+  ``auto`` stays in fp32 there and an explicit ``bf16`` is refused).
+- ``dense_train_mfu``: the d2 defaults run's MFU, against the peak of the precision in use, probed in
+  this run (``peak``).
+- ``ray_train_overhead``: the steady step time of our loop on Ray Train under the defaults (1 worker with
+  the machine's 2 threads; sampler, memory-mapped rows, callbacks, a metrics.jsonl/TensorBoard line every
+  10 steps, ``ray.train.report`` every 50) ÷ a plain PyTorch loop with the same model, batch, optimizer,
+  threads, precision and compile choice (random rows of the same memory map), run in its own process
+  before and after the Ray run (the mean of the two).
 - ``zero2_vs_ddp``: 2 CPU workers × 1 thread, the same model and batch: median step time and peak
   resident memory per worker under DDP and DeepSpeed ZeRO-2.
+Step times are medians over the steady window (the first steps warm up and, compiled, compile).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -31,16 +49,23 @@ import torch
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+LOG_EVERY = 10  # the default logging interval: a metrics.jsonl line and TensorBoard scalars
+SKIP_STEPS = 20  # steady window starts here: compiled runs compile (and recompile once) before it
 
-def plain_loop(arrays: Path, gpt_cfg, batch: int, steps: int, threads: int) -> list[float]:
+
+def plain_loop(arrays: Path, gpt_cfg, batch: int, steps: int, threads: int, precision: str,
+               compiled: bool) -> list[float]:
     from slm.config import OptimConfig
     from slm.models.gpt import GPT
     from slm.train.data import PackedArrays
+    from slm.train.hardware import autocast
     from slm.train.strategies import make_optimizer
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = GPT(gpt_cfg)
+    if compiled:
+        model.compile()
     opt, sched = make_optimizer(model, OptimConfig(), steps, fused=True)  # as DDPStrategy
     data = PackedArrays.open(arrays)
     rng = np.random.default_rng(0)
@@ -49,7 +74,8 @@ def plain_loop(arrays: Path, gpt_cfg, batch: int, steps: int, threads: int) -> l
         t = time.perf_counter()
         tokens, _ = data.take(rng.integers(0, len(data), batch))
         tokens = torch.from_numpy(tokens)
-        loss = model(tokens[:, :-1], tokens[:, 1:]).loss
+        with autocast(precision, "cpu"):
+            loss = model(tokens[:, :-1], tokens[:, 1:]).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -59,35 +85,113 @@ def plain_loop(arrays: Path, gpt_cfg, batch: int, steps: int, threads: int) -> l
     return times
 
 
-def ray_loop(run_dir: Path, overrides: list[str], name: str) -> tuple[list[float], dict]:
-    """Our pretrain stage on Ray Train; step times from the wall clock logged with every step."""
+def ray_loop(run_dir: Path, overrides: list[str], name: str) -> tuple[list[float], dict, list[dict]]:
+    """Our pretrain stage on Ray Train; step times from the wall clock logged every LOG_EVERY steps."""
     from slm.config import load_job
     from slm.train.trainer import pretrain
 
     cfg = load_job(None, [f"run.root={run_dir.parent}", f"run.name={run_dir.name}", f"pretrain.name={name}",
                           f"pretrain.train.log_every={LOG_EVERY}", "pretrain.train.checkpoint_every=0",
-                          "pretrain.train.eval_tokens=256", "ray.include_dashboard=false", *overrides])
+                          "pretrain.train.eval_tokens=8192", "ray.include_dashboard=false", *overrides])
     out = run_dir / "checkpoints" / name
     shutil.rmtree(out, ignore_errors=True)  # Ray Train's checkpoints with it: a fresh run
     summary = pretrain(cfg, run_dir)
     rows = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
-    wall = [r["wall_time"] for r in rows]  # every LOG_EVERY steps: per-step time over each interval
-    return list(np.diff(wall) / LOG_EVERY), summary
-
-
-LOG_EVERY = 10  # the default logging interval: a metrics.jsonl line and TensorBoard scalars
+    wall = [r["wall_time"] for r in rows]
+    return list(np.diff(wall) / LOG_EVERY), summary, rows
 
 
 def steady(times: list[float], skip: int) -> float:
     return statistics.median(times[skip:])
 
 
+CONFIGS = {  # name → overrides; fp32_eager is the training path before issue 15
+    "fp32_eager": ["pretrain.train.precision=fp32", "pretrain.train.compile=never"],
+    "defaults": [],
+    "fp32_compiled": ["pretrain.train.precision=fp32", "pretrain.train.compile=always"],
+    "bf16_compiled": ["pretrain.train.precision=bf16", "pretrain.train.compile=always"],
+}
+
+
+def speedup_rows(work: Path, model: list[str], label: str, steps: int, batch: int,
+                 same_as_fp32_eager: bool) -> dict:
+    """Each configuration of CONFIGS on 2 workers × 1 thread, the same model, batch, seed and steps."""
+    from slm.config import ConfigError
+
+    two = [*model, "pretrain.train.num_workers=2", "pretrain.train.torch_threads=1",
+           f"pretrain.train.batch_size={batch}", f"pretrain.train.budget.steps={steps}"]
+    tokens_per_step = None
+    out: dict = {}
+    for name, overrides in CONFIGS.items():
+        if name == "defaults" and same_as_fp32_eager:
+            out[name] = {"same_as": "fp32_eager", "why": "the defaults resolve to fp32 eager on this machine"}
+            continue
+        try:
+            times, summary, rows = ray_loop(work, [*two, *overrides], f"bench-{label}-{name}")
+        except ConfigError as err:
+            out[name] = {"not_run": str(err)}
+            continue
+        tokens_per_step = summary["tokens"] / summary["steps"]
+        step_s = steady(times, SKIP_STEPS // LOG_EVERY)
+        out[name] = {"precision": summary["precision"], "compiled": summary["compiled"],
+                     "compile_reason": summary["compile_reason"], "step_s": round(step_s, 4),
+                     "tokens_per_s": round(tokens_per_step / step_s, 1),
+                     "mfu": round(statistics.median(r["mfu"] for r in rows[SKIP_STEPS // LOG_EVERY:]), 4),
+                     "peak_flops": summary["peak_flops"], "peak_flops_source": summary["peak_flops_source"],
+                     "final_loss": summary["final_loss"],
+                     "valid_ppl": (summary.get("eval") or {}).get("macro", {}).get("perplexity"),
+                     "wall_seconds": summary["wall_seconds"], "peak_rss_mb": summary["peak_rss_mb"]}
+    base = out["fp32_eager"]["tokens_per_s"]
+    for row in out.values():
+        if "tokens_per_s" in row:
+            row["speedup_vs_fp32_eager"] = round(row["tokens_per_s"] / base, 3)
+    if same_as_fp32_eager:
+        out["defaults"] = {**out["fp32_eager"], **out["defaults"]}
+    return out
+
+
+def bf16_emulation(gpt_cfg, batch: int, reps: int = 3) -> dict:
+    """One process, this machine's threads: a bf16-autocast eager step ÷ an fp32 eager step (interleaved)."""
+    from slm.models.gpt import GPT
+    from slm.train.hardware import autocast
+
+    torch.manual_seed(0)
+    x = torch.randint(0, gpt_cfg.vocab_size, (batch, gpt_cfg.seq_len))
+    steps = {}
+    for precision in ("fp32", "bf16"):
+        model = GPT(gpt_cfg)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+
+        def step(model=model, opt=opt, precision=precision) -> float:
+            t = time.perf_counter()
+            with autocast(precision, "cpu"):
+                loss = model(x[:, :-1], x[:, 1:]).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            return time.perf_counter() - t
+
+        steps[precision] = step
+    for fn in steps.values():
+        fn()
+    times = {k: [] for k in steps}
+    for _ in range(reps):
+        for k, fn in steps.items():
+            times[k].append(fn())
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"fp32_step_s": round(med["fp32"], 3), "bf16_step_s": round(med["bf16"], 3),
+            "bf16_over_fp32": round(med["bf16"] / med["fp32"], 2), "threads": torch.get_num_threads()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-dir", default="runs/quickstart")
-    ap.add_argument("--steps", type=int, default=120)
+    ap.add_argument("--steps", type=int, default=100, help="the overhead and ZeRO runs")
+    ap.add_argument("--agreement-steps", type=int, default=200, help="the d2 speedup runs")
+    ap.add_argument("--small-steps", type=int, default=40, help="the cpu-small and soup speedup runs")
     ap.add_argument("--depth", type=int, default=2)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--only", default="", help="comma-separated parts: defaults,warmup,speedup,overhead,zero2")
     ap.add_argument("--out", default="")
     ap.add_argument("--plain-only", help=argparse.SUPPRESS)  # internal: the plain loop, in its own process
     args = ap.parse_args()
@@ -95,16 +199,20 @@ def main() -> None:
         from slm.models.gpt import GPTConfig
 
         spec = json.loads(args.plain_only)
-        times = plain_loop(Path(spec["arrays"]), GPTConfig(**spec["gpt"]), args.batch, args.steps, threads=2)
+        times = plain_loop(Path(spec["arrays"]), GPTConfig(**spec["gpt"]), args.batch, args.steps, threads=2,
+                           precision=spec["precision"], compiled=spec["compiled"])
         print(json.dumps(times))
         return
 
     import ray
 
-    from slm.config import ModelConfig, load_job
+    from slm.config import ModelConfig, TrainConfig, load_job
     from slm.models.gpt import GPTConfig
+    from slm.runtime import native_bf16
+    from slm.train import hardware
     from slm.train.trainer import gpt_config, packed, vocab_size
 
+    parts = set(args.only.split(",")) if args.only else {"defaults", "warmup", "speedup", "overhead", "zero2"}
     source = Path(args.run_dir).expanduser().resolve()
     work = Path(tempfile.mkdtemp(prefix="slm-bench-train-")) / source.name
     work.mkdir(parents=True)
@@ -115,56 +223,120 @@ def main() -> None:
     arrays = packed(work, cfg, "generic")
     seq_len = int(np.load(arrays / "tokens.npy", mmap_mode="r").shape[1]) - 1
     gpt: GPTConfig = gpt_config(ModelConfig(depth=args.depth), vocab_size(work, cfg), seq_len)
-    skip = 10  # steps; Ray's intervals are LOG_EVERY steps long
-    common = [f"pretrain.model.depth={args.depth}", f"pretrain.train.batch_size={args.batch}",
-              f"pretrain.train.budget.steps={args.steps}"]
 
-    def plain_in_own_process() -> list[float]:
+    defaults = TrainConfig()
+    precision = hardware.worker_precision(defaults, "cpu", "pretrain.train.precision")
+    choice = hardware.resolve_compile(defaults.compile, "cpu", precision, args.steps, None)
+    result: dict = {
+        "machine": {"cpus": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
+                    "processor": next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                                       if ln.startswith("model name")), platform.processor()),
+                    "native_bf16": native_bf16("cpu")},
+        "defaults": {"precision": precision, "compiled": choice.enabled, "compile_reason": choice.reason},
+        "model": {"depth": args.depth, "d_model": gpt.d_model, "seq_len": seq_len, "vocab": gpt.vocab_size,
+                  "batch_per_worker": args.batch, "steady_from_step": SKIP_STEPS},
+    }
+    if "defaults" in parts:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        peaks = {"fp32": hardware.matmul_flops(torch.device("cpu"), torch.float32)}
+        if native_bf16("cpu"):
+            peaks["bf16"] = hardware.matmul_flops(torch.device("cpu"), torch.bfloat16)
+        torch.set_num_threads(threads)
+        result["peak_1_thread_flops"] = {k: round(v / 1e9, 1) * 1e9 for k, v in peaks.items()}
+        if not native_bf16("cpu"):
+            result["bf16_emulation"] = bf16_emulation(gpt, args.batch)
+
+    def plain_in_own_process(steps: int, compiled: bool = choice.enabled, cache: str | None = None) -> list[float]:
         import dataclasses
         import subprocess
         import sys
 
-        spec = json.dumps({"arrays": str(arrays), "gpt": dataclasses.asdict(gpt)})
-        out = subprocess.run([sys.executable, __file__, "--plain-only", spec, f"--steps={args.steps}",
-                              f"--batch={args.batch}"], check=True, capture_output=True, text=True).stdout
+        spec = json.dumps({"arrays": str(arrays), "gpt": dataclasses.asdict(gpt), "precision": precision,
+                           "compiled": compiled})
+        env = {**os.environ, **({"TORCHINDUCTOR_CACHE_DIR": cache} if cache else {})}
+        out = subprocess.run([sys.executable, __file__, "--plain-only", spec, f"--steps={steps}",
+                              f"--batch={args.batch}"], check=True, capture_output=True, text=True, env=env).stdout
         return json.loads(out.strip().splitlines()[-1])
 
-    # 1. the plain loop (its own process, no Ray in it), then Ray Train with one worker holding both
-    #    threads, then the plain loop again: the ratio uses the mean of the two plain medians
-    plain_before = plain_in_own_process()
+    if "warmup" in parts:
+        # The compile warm-up of one process (the first steps' time beyond the steady step): with an empty
+        # Inductor cache (a machine's first compile), then again in a new process with that cache filled.
+        cache = tempfile.mkdtemp(prefix="slm-bench-inductor-")
+        try:
+            cold, warm, eager = (plain_in_own_process(30, True, cache), plain_in_own_process(30, True, cache),
+                                 plain_in_own_process(30, False))
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+
+        def warmup_s(times: list[float]) -> float:
+            return round(sum(times[:3]) - 3 * steady(times, 10), 2)  # a recompile may land on step 2
+
+        result["compile_warmup"] = {
+            "precision": precision, "threads": 2, "cold_cache_s": warmup_s(cold), "warm_cache_s": warmup_s(warm),
+            "compiled_step_s": round(steady(warm, 10), 4), "eager_step_s": round(steady(eager, 10), 4),
+            "compiled_over_eager_step": round(steady(warm, 10) / steady(eager, 10), 3)}
+
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        ray_times, _ = ray_loop(work, [*common, "pretrain.train.num_workers=1", "pretrain.train.cpus_per_worker=2",
-                                       "pretrain.train.torch_threads=2"], "bench-ray-1w")
-        ray.shutdown()
-        plain_after = plain_in_own_process()
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-        ray_step = steady(ray_times, skip // LOG_EVERY)
-        plain_step = (steady(plain_before, skip) + steady(plain_after, skip)) / 2
-        # 2. DDP vs ZeRO-2 on two workers of one thread
-        two = [*common, "pretrain.train.num_workers=2", "pretrain.train.torch_threads=1"]
-        ddp_times, ddp = ray_loop(work, [*two, "pretrain.train.strategy=ddp"], "bench-ddp")
-        z2_times, z2 = ray_loop(work, [*two, "pretrain.train.strategy=deepspeed", "pretrain.train.zero_stage=2"],
-                                "bench-zero2")
+        if "speedup" in parts:
+            same = precision == "fp32" and not choice.enabled  # measured once, reported for both names
+            speed = {
+                f"d{args.depth}": speedup_rows(work, [f"pretrain.model.depth={args.depth}"], f"d{args.depth}",
+                                               args.agreement_steps, args.batch, same),
+                "cpu-small": speedup_rows(work, ["pretrain.model.preset=cpu-small"], "cpu-small",
+                                          args.small_steps, args.batch, same),
+                "soup_n8_b32": speedup_rows(work, [f"pretrain.model.depth={args.depth}", "pretrain.method=soup",
+                                                   "pretrain.model.soup_experts=8"], "soup", args.small_steps, 32, same),
+            }
+            result["train_speedup"] = {k: {c: r.get("speedup_vs_fp32_eager", r.get("not_run")) for c, r in v.items()}
+                                       for k, v in speed.items()}
+            result["train_speedup_rows"] = speed
+            base = speed[f"d{args.depth}"]["fp32_eager"]
+            result["loss_agreement"] = {
+                "steps": args.agreement_steps,
+                **{name: ({"final_loss": row["final_loss"], "valid_ppl": row["valid_ppl"],
+                           "loss_rel_diff": round(row["final_loss"] / base["final_loss"] - 1, 5),
+                           "ppl_rel_diff": round(row["valid_ppl"] / base["valid_ppl"] - 1, 5)}
+                          if "final_loss" in row else row)
+                   for name, row in speed[f"d{args.depth}"].items()}}
+            d = speed[f"d{args.depth}"]["defaults"]
+            result["dense_train_mfu"] = {"mfu": d["mfu"], "against_flops": d["peak_flops"],
+                                         "precision": d["precision"], "peak_source": d["peak_flops_source"]}
+        if "overhead" in parts:
+            ray.shutdown()
+            plain_before = plain_in_own_process(args.steps)
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+            ray_times, _, _ = ray_loop(work, [f"pretrain.model.depth={args.depth}", f"pretrain.train.batch_size={args.batch}",
+                                              f"pretrain.train.budget.steps={args.steps}", "pretrain.train.num_workers=1",
+                                              "pretrain.train.cpus_per_worker=2", "pretrain.train.torch_threads=2"],
+                                       "bench-ray-1w")
+            ray.shutdown()
+            plain_after = plain_in_own_process(args.steps)
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+            ray_step = steady(ray_times, SKIP_STEPS // LOG_EVERY)
+            plain_step = (steady(plain_before, SKIP_STEPS) + steady(plain_after, SKIP_STEPS)) / 2
+            result.update({
+                "ray_train_overhead": round(ray_step / plain_step, 3), "ray_train_step_s": round(ray_step, 4),
+                "plain_step_s": round(plain_step, 4),
+                "plain_step_s_before_after": [round(steady(plain_before, SKIP_STEPS), 4),
+                                              round(steady(plain_after, SKIP_STEPS), 4)]})
+        if "zero2" in parts:
+            two = [f"pretrain.model.depth={args.depth}", f"pretrain.train.batch_size={args.batch}",
+                   f"pretrain.train.budget.steps={args.steps}", "pretrain.train.num_workers=2",
+                   "pretrain.train.torch_threads=1"]
+            ddp_times, ddp, _ = ray_loop(work, [*two, "pretrain.train.strategy=ddp"], "bench-ddp")
+            z2_times, z2, _ = ray_loop(work, [*two, "pretrain.train.strategy=deepspeed", "pretrain.train.zero_stage=2"],
+                                       "bench-zero2")
+            ddp_s, z2_s = steady(ddp_times, SKIP_STEPS // LOG_EVERY), steady(z2_times, SKIP_STEPS // LOG_EVERY)
+            result["zero2_vs_ddp"] = {
+                "ddp_step_s": round(ddp_s, 4), "zero2_step_s": round(z2_s, 4), "zero2_step_ratio": round(z2_s / ddp_s, 3),
+                "ddp_peak_rss_mb_per_worker": ddp["peak_rss_mb"], "zero2_peak_rss_mb_per_worker": z2["peak_rss_mb"],
+                "final_loss": {"ddp": ddp["final_loss"], "zero2": z2["final_loss"]},
+                "precision": {"ddp": ddp["precision"], "zero2": z2["precision"]}}
     finally:
-        ray.shutdown()
-    result = {
-        "machine": {"cpus": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version()},
-        "model": {"depth": args.depth, "d_model": gpt.d_model, "seq_len": seq_len, "vocab": gpt.vocab_size,
-                  "batch_per_worker": args.batch, "steps": args.steps, "steady_from_step": skip},
-        "ray_train_overhead": round(ray_step / plain_step, 3),
-        "ray_train_step_s": round(ray_step, 4),
-        "plain_step_s": round(plain_step, 4),
-        "plain_step_s_before_after": [round(steady(plain_before, skip), 4), round(steady(plain_after, skip), 4)],
-        "zero2_vs_ddp": {
-            "ddp_step_s": round(steady(ddp_times, skip // LOG_EVERY), 4),
-            "zero2_step_s": round(steady(z2_times, skip // LOG_EVERY), 4),
-            "zero2_step_ratio": round(steady(z2_times, skip // LOG_EVERY) / steady(ddp_times, skip // LOG_EVERY), 3),
-            "ddp_peak_rss_mb_per_worker": ddp["peak_rss_mb"],
-            "zero2_peak_rss_mb_per_worker": z2["peak_rss_mb"],
-            "final_loss": {"ddp": ddp["final_loss"], "zero2": z2["final_loss"]},
-        },
-    }
+        with contextlib.suppress(Exception):
+            ray.shutdown()
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 import types
 import typing
@@ -352,9 +353,23 @@ class TrainConfig:
     eval_every: int = 0  # steps between evaluations on the valid split (0: only at the end)
     eval_tokens: int = 32768  # per domain, at most
     max_failures: int = 1  # worker failures the run recovers from (FailureConfig)
-    peak_flops: float = 257e9  # per device, for MFU (this CPU's 2-thread fp32 matmul; A100 bf16: 312e12)
+    # auto: bf16 autocast where the device computes bf16 natively (CUDA with bf16; CPUs with AMX or
+    # AVX512-BF16), else fp32. Weights, optimizer state, loss, softmax and KD stay fp32 either way.
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    # torch.compile of the training forward/backward. auto: where it pays for its warm-up
+    # (slm.train.hardware.resolve_compile; the worker logs what it chose and why).
+    compile: Literal["auto", "always", "never"] = "auto"
+    # Inductor's FX-graph / AOTAutograd caches (TORCHINDUCTOR_CACHE_DIR): one compile per machine, not per
+    # worker or trial; on a cluster a node-local path.
+    compile_cache_dir: str = "~/.cache/slm/inductor"
+    # Per device, what MFU divides by. auto: the precision's peak on this device (a table for known GPUs,
+    # else a matmul probe measured once per machine and cached). A number overrides it.
+    peak_flops: float | Literal["auto"] = "auto"
 
     def validate(self, prefix: str = "") -> None:
+        if self.peak_flops != "auto" and not (self.peak_flops > 0 and math.isfinite(self.peak_flops)):
+            raise ConfigError(f"config key '{prefix}peak_flops': must be 'auto' or a positive number, "
+                              f"got {self.peak_flops}")
         if self.zero_stage not in (1, 2, 3):
             raise ConfigError(f"config key '{prefix}zero_stage': must be 1, 2 or 3, got {self.zero_stage}")
         if self.num_workers < 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from pathlib import Path
 
 from slm.config import RayConfig
 
@@ -39,6 +40,30 @@ def init_ray(cfg: RayConfig):
     print(f"[ray] {where}; {ray.cluster_resources().get('CPU', 0):.0f} CPUs"
           + (f"; dashboard http://{url}" if url else ""), flush=True)
     return context
+
+
+# CPU flags of instruction sets that compute bfloat16 matmuls natively (oneDNN uses them); without
+# them torch emulates bf16 through float32 conversions, far slower than float32 itself.
+NATIVE_BF16_CPU_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
+
+
+def cpu_flags() -> frozenset[str]:
+    """This machine's CPU feature flags (Linux ``/proc/cpuinfo``; empty elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return frozenset(line.partition(":")[2].split())
+
+
+def native_bf16(device_type: str) -> bool:
+    """Whether ``device_type`` ("cpu" or "cuda") of this machine computes bfloat16 natively."""
+    if device_type == "cuda":
+        import torch  # only here: importing torch costs a CPU-only driver ~1.5 s
+
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return bool(cpu_flags() & NATIVE_BF16_CPU_FLAGS)
 
 
 def shutdown_ray() -> None:

@@ -38,6 +38,7 @@ from slm.artifacts import atomic_path, read_manifest, write_manifest
 from slm.config import EmbedConfig, config_hash
 from slm.corpus.layout import corpus_files
 from slm.data import tokenizers
+from slm.runtime import native_bf16
 
 EMBEDDING_DIM = 384
 WORK = ".work"
@@ -159,15 +160,7 @@ def resolve_dtype(dtype: str, device: str) -> str:
     """``auto`` → bfloat16 where the hardware computes it natively, else float32."""
     if dtype != "auto":
         return dtype
-    if device.startswith("cuda"):
-        import torch  # only here: importing torch costs the CPU driver ~1.5 s
-
-        return "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32"
-    try:  # Linux reports AMX and AVX512-BF16 in the CPU flags; elsewhere stay in float32
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return "float32"
-    return "bfloat16" if flags & {"amx_bf16", "avx512_bf16"} else "float32"
+    return "bfloat16" if native_bf16("cuda" if device.startswith("cuda") else "cpu") else "float32"
 
 
 def shard_key(corpus_dir: Path, shard_path: str) -> str:

@@ -67,7 +67,9 @@ class ProjectedNetwork(nn.Module):
         out = {}
         for name in self.ffn_names:
             key = name.replace(".", "__")
-            coeffs = self.expert_embedding[expert] @ self.mixing[key]  # (h,)
+            # (h,) as a broadcast sum, not a matmul: autocast leaves it in the parameters' float32, so
+            # the synthesized weights are float32 like every other weight (their use is autocast)
+            coeffs = (self.expert_embedding[expert].unsqueeze(1) * self.mixing[key]).sum(0)
             out[name] = torch.tensordot(coeffs, self.bank[key], dims=1)
         return out
 

@@ -54,6 +54,21 @@ def build_model(arch: dict) -> nn.Module:
     raise ModelConfigError(f"unknown method {method!r}; methods: {list(METHODS)}")
 
 
+def compile_units(model: nn.Module, arch: dict) -> list[nn.Module]:
+    """The modules ``torch.compile`` wraps for a method's training step, each traced whole without graph
+    breaks: the dense GPT itself; the soup whole (router, merge Θ(h) and the functional call); for the
+    mixture every expert and for SLM-pn the shared network, whose routing by cluster id (data-dependent
+    Python control flow) stays eager around them."""
+    method = arch["method"]
+    if method in DENSE_METHODS or method == "soup":
+        return [model]
+    if method == "mixture":
+        return list(model.experts)
+    if method == "projected":
+        return [model.shared]
+    raise ModelConfigError(f"unknown method {method!r}; methods: {list(METHODS)}")
+
+
 def save_model(model: nn.Module, arch: dict, path: str | Path, metadata: dict | None = None) -> None:
     if arch["method"] in DENSE_METHODS:
         save_dense(model, path, {"method": arch["method"], **(metadata or {})})

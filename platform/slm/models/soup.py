@@ -80,13 +80,15 @@ class SoupOfExperts(nn.Module):
         self.router = nn.Sequential(nn.Linear(n_domains, hidden), nn.GELU(), nn.Linear(hidden, n_experts))
 
     def coefficients(self, h: torch.Tensor) -> torch.Tensor:
-        check_simplex(h, self.n_domains)
+        if not torch.compiler.is_compiling():  # a host-side check: inside a graph it would break it
+            check_simplex(h, self.n_domains)
         return self.router(h.to(self.router[0].weight.dtype))
 
     def merged(self, h: torch.Tensor) -> dict[str, torch.Tensor]:
         """Θ(h) for the mixed weights: S + Σ_j α_j E_j (the shared rest is used as is)."""
-        alpha = self.coefficients(h)
+        # The router's output may be bfloat16 under autocast: the merge is in the parameters' dtype.
         shared = dict(self.shared.named_parameters())
+        alpha = self.coefficients(h).to(shared["embed.weight"].dtype)
         return {n: shared[n] + torch.tensordot(alpha, self.experts[n.replace(".", "__")], dims=1)
                 for n in self.mixed_names}
 

@@ -30,7 +30,8 @@ def is_log_step(loop) -> bool:
 
 
 class Throughput(Callback):
-    """Tokens/s and model-FLOPs utilisation over each logging interval (all workers together)."""
+    """Tokens/s and model-FLOPs utilisation over each logging interval (all workers together), MFU
+    against the peak of the precision in use on this device (``loop.peak``)."""
 
     def on_train_start(self, loop) -> None:
         self._t, self._tokens, self._flops = loop.progress.device_seconds, loop.progress.tokens, loop.progress.flops
@@ -42,7 +43,7 @@ class Throughput(Callback):
         seconds = (p.device_seconds - self._t) / loop.world  # device-seconds → wall seconds
         if seconds > 0:
             metrics["tokens_per_s"] = (p.tokens - self._tokens) / seconds
-            metrics["mfu"] = (p.flops - self._flops) / seconds / (loop.train.peak_flops * loop.world)
+            metrics["mfu"] = (p.flops - self._flops) / seconds / (loop.peak.flops * loop.world)
         self._t, self._tokens, self._flops = p.device_seconds, p.tokens, p.flops
 
 

@@ -15,9 +15,10 @@ from slm.train.data import PackedArrays
 
 @torch.no_grad()
 def evaluate(forward_for, valid: dict[str, PackedArrays], max_tokens: int, batch_size: int,
-             rank: int = 0, world: int = 1) -> dict:
+             device: torch.device | None = None, rank: int = 0, world: int = 1) -> dict:
     """``forward_for(domain)`` gives the ``inputs -> logits`` function of the model that domain is served
-    by (its instantiated expert or soup); returns per-domain and macro metrics."""
+    by (its instantiated expert or soup), run on ``device``; returns per-domain and macro metrics."""
+    device = device or torch.device("cpu")
     out = {}
     for domain, data in sorted(valid.items()):
         forward = forward_for(domain)
@@ -25,11 +26,11 @@ def evaluate(forward_for, valid: dict[str, PackedArrays], max_tokens: int, batch
         if max_tokens:
             rows = rows[: max(1, max_tokens // data.seq_len)]
         mine = rows[rank::world]
-        sums = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, tokens
+        sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, tokens
         for start in range(0, len(mine), batch_size):
             tokens, _ = data.take(mine[start:start + batch_size])
-            tokens = torch.from_numpy(tokens)
-            logits = forward(tokens[:, :-1]).float()
+            tokens = torch.from_numpy(tokens).to(device)
+            logits = forward(tokens[:, :-1]).float()  # the softmax in float32 whatever the precision
             targets = tokens[:, 1:]
             logp = torch.log_softmax(logits, dim=-1)
             sums[0] += -logp.gather(-1, targets.unsqueeze(-1)).sum().double()

@@ -13,6 +13,7 @@ the train/teacher/lora sections): workers never read the job's YAML.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from pathlib import Path
 
@@ -22,8 +23,9 @@ import torch.distributed as dist
 
 from slm.config import BudgetConfig, LoraConfig, OptimConfig, TeacherConfig, TrainConfig, from_dict
 from slm.models.gpt import GPT, load_dense
-from slm.models.registry import DENSE_METHODS, build_model, instantiate, save_model
+from slm.models.registry import DENSE_METHODS, build_model, compile_units, instantiate, save_model
 from slm.train import callbacks as cb
+from slm.train import hardware
 from slm.train.budget import Progress, dense_flops_per_token, exhausted, horizon_steps, step_overhead_flops
 from slm.train.data import ClusterSampler, MixtureSampler, PackedArrays, UniformSampler
 from slm.train.evaluate import evaluate
@@ -81,6 +83,10 @@ class TrainLoop:
         self.output = Path(spec["output"])
         torch.set_num_threads(self.train.torch_threads)
         torch.manual_seed(self.train.seed)  # identical initial weights on every rank
+        key = spec["config_key"]  # "pretrain.train" or "specialize.train": errors name the user's key
+        self.placement = hardware.plan_placement(self.train.use_gpu, self.world)
+        self.device = hardware.worker_device(self.placement)
+        self.precision = hardware.worker_precision(self.train, self.device.type, f"{key}.precision")
 
         # ---- model
         model = load_dense(spec["init"]) if spec.get("init") else build_model(self.arch)
@@ -90,6 +96,7 @@ class TrainLoop:
         self.dense_config = model.config
         if self.lora.rank:
             model = lora_wrap(model, self.lora)
+        model.to(self.device)
         self.method = self.trained_arch["method"]
 
         # ---- data
@@ -110,7 +117,7 @@ class TrainLoop:
         self.teacher = None
         self.kd = KDSchedule(self.teacher_cfg.omega, self.teacher_cfg.kd_steps, self.teacher_cfg.transition)
         if self.teacher_cfg.checkpoint:
-            self.teacher = load_dense(self.teacher_cfg.checkpoint).eval()
+            self.teacher = load_dense(self.teacher_cfg.checkpoint).eval().to(self.device)
             for p in self.teacher.parameters():
                 p.requires_grad = False
             if self.teacher.config.vocab_size != self.dense_config.vocab_size:
@@ -127,17 +134,28 @@ class TrainLoop:
         horizon = horizon_steps(from_dict(BudgetConfig, spec["train"]["budget"]), self.tokens_per_step,
                                 self.flops_per_step)
 
+        # ---- compilation (in place, before any wrapper) and the peak MFU is measured against
+        deepspeed_stage = self.train.zero_stage if self.train.strategy == "deepspeed" else None
+        self.compiled = hardware.resolve_compile(self.train.compile, self.device.type, self.precision, horizon,
+                                                 deepspeed_stage)
+        if self.compiled.enabled:
+            hardware.use_compile_cache(self.train.compile_cache_dir)
+            hardware.compile_modules(compile_units(model, self.trained_arch))
+        self.peak = hardware.peak_flops(self.train.peak_flops, self.device, self.precision)
+        if self.rank == 0:
+            sys.stdout.write(f"[train] {spec['name']}: {self.device.type}, {self.precision}, "
+                             f"{'compiled' if self.compiled.enabled else 'eager'} ({self.compiled.reason}); "
+                             f"MFU against {self.peak.flops:.3g} FLOP/s per device ({self.peak.source})\n")
+            sys.stdout.flush()
+
         # ---- strategy
         optim = from_dict(OptimConfig, spec["train"]["optim"])
         if self.train.strategy == "deepspeed":
             self.strategy = DeepSpeedStrategy(model, optim, horizon, zero_stage=self.train.zero_stage,
-                                              micro_batch=self.train.batch_size, use_gpu=self.train.use_gpu)
+                                              micro_batch=self.train.batch_size)
         else:
-            self.strategy = DDPStrategy(model, optim, horizon, distributed=self.world > 1,
+            self.strategy = DDPStrategy(model, optim, horizon, distributed=self.placement.wrap_ddp,
                                         find_unused_parameters=self.method == "mixture")
-        self.device = next(self.strategy.model.parameters()).device
-        if self.teacher is not None:
-            self.teacher.to(self.device)
         self.progress = Progress()
         self.finished = False
         self.initial_eval: dict | None = None
@@ -172,13 +190,24 @@ class TrainLoop:
 
     # ------------------------------------------------------------------------------------ model use
 
+    def autocast(self):
+        return hardware.autocast(self.precision, self.device.type)
+
+    def batch(self, array: np.ndarray) -> torch.Tensor:
+        return hardware.to_device(array, self.device, self.placement.pin_memory)
+
     def forward(self, inputs: torch.Tensor, targets: torch.Tensor, coarse: torch.Tensor, step: int):
         model = self.strategy.model
-        if self.method in ("mixture", "projected"):
-            return model(inputs, coarse, targets)
-        if self.method == "soup":
-            return model(inputs, self.sampler.context(step).to(self.device), targets)
-        return model(inputs, targets)
+        with self.autocast():
+            if self.method in ("mixture", "projected"):
+                return model(inputs, coarse, targets)
+            if self.method == "soup":
+                return model(inputs, self.sampler.context(step).to(self.device), targets)
+            return model(inputs, targets)
+
+    def teacher_logits(self, inputs: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad(), self.autocast():
+            return self.teacher(inputs).logits
 
     def raw_model(self) -> torch.nn.Module:
         return self.strategy.raw
@@ -186,10 +215,15 @@ class TrainLoop:
     def serving_forward(self, domain: str):
         """The dense model a domain is served by (instantiated for mixture / projected / soup)."""
         raw = self.raw_model()
-        if self.method in DENSE_METHODS:
-            return lambda x: raw(x.to(self.device)).logits
-        dense, _ = instantiate(raw, self.arch, self.domain_h[domain])
-        return lambda x: dense(x.to(self.device)).logits
+        model = raw if self.method in DENSE_METHODS else instantiate(raw, self.arch, self.domain_h[domain])[0]
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            # .forward, not __call__: a compiled model's __call__ is its compiled training graph, and
+            # evaluation (no targets, other batch sizes) would recompile it for a few batches.
+            with self.autocast():
+                return model.forward(x).logits
+
+        return forward
 
     def run_evaluation(self) -> dict:
         was_training = self.raw_model().training
@@ -198,7 +232,7 @@ class TrainLoop:
         if self.method not in DENSE_METHODS:
             valid = {d: v for d, v in valid.items() if d in self.domain_h}
         result = evaluate(self.serving_forward, valid, self.train.eval_tokens, self.train.batch_size,
-                          self.rank, self.world)
+                          self.device, self.rank, self.world)
         self.raw_model().train(was_training)
         return result
 
@@ -214,8 +248,8 @@ class TrainLoop:
         with torch.no_grad():
             for start in range(0, len(mine), 32):
                 tokens, _ = self.data.take(mine[start:start + 32])
-                tokens = torch.from_numpy(tokens).to(self.device)
-                logits = self.teacher(tokens[:, :-1]).logits
+                tokens = self.batch(tokens)
+                logits = self.teacher_logits(tokens[:, :-1])
                 scores[start:start + len(tokens)] = learnable_difficulty(logits, tokens[:, 1:], sel["topk"]).cpu()
         all_scores = np.empty(len(rows))
         if self.world > 1:
@@ -236,7 +270,7 @@ class TrainLoop:
     def agreed_device_seconds(self, local: float) -> float:
         """Wall-clock budgets must stop every rank at the same step: take the slowest rank's clock."""
         if self.world > 1 and self.train.budget.device_seconds and dist.is_initialized():
-            t = torch.tensor([local], dtype=torch.float64)
+            t = torch.tensor([local], dtype=torch.float64, device=self.device)  # NCCL reduces device tensors
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             return float(t)
         return local
@@ -253,7 +287,7 @@ class TrainLoop:
         """The logged losses are the mean over ranks (only at logging steps: it is a collective)."""
         if not needed or self.world == 1 or not dist.is_initialized():
             return values
-        t = torch.tensor(values, dtype=torch.float64)
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(t)
         return (t / self.world).tolist()
 
@@ -281,15 +315,14 @@ class TrainLoop:
             sampler = self.kd_sampler if (self.kd_sampler is not None and omega > 0) else self.sampler
             rows = sampler.indices(step, self.rank, self.world, self.train.batch_size)
             tokens, coarse = self.data.take(rows)
-            tokens = torch.from_numpy(tokens).to(self.device)
+            tokens = self.batch(tokens)
             inputs, targets = tokens[:, :-1], tokens[:, 1:]
-            out = self.forward(inputs, targets, torch.from_numpy(coarse).to(self.device), step)
+            out = self.forward(inputs, targets, self.batch(coarse), step)
             ce = out.loss
             loss, kd = ce, None
-            if omega > 0:
-                with torch.no_grad():
-                    teacher_logits = self.teacher(inputs).logits
-                loss, kd = distillation_loss(ce, out.logits, teacher_logits, omega, self.teacher_cfg.temperature)
+            if omega > 0:  # KD in float32 on the bf16 logits (distillation_loss casts)
+                loss, kd = distillation_loss(ce, out.logits, self.teacher_logits(inputs), omega,
+                                             self.teacher_cfg.temperature)
             grad_norm = self.strategy.step(loss)
             elapsed = cb.timer() - started
             p = self.progress
@@ -325,9 +358,14 @@ class TrainLoop:
             "final_loss": last.get("loss"), "cost": {"flops": self.progress.flops,
                                                     "device_seconds": self.progress.device_seconds},
             "tokens": self.progress.tokens, "workers": self.world, "strategy": self.train.strategy,
+            "device": self.device.type, "precision": self.precision, "compiled": self.compiled.enabled,
+            "compile_reason": self.compiled.reason, "peak_flops": self.peak.flops, "peak_flops_source": self.peak.source,
             "eval_before": self.initial_eval, "eval": self.last_eval,
         }
         summary["peak_rss_mb"] = self.gather(round(peak_rss_mb(), 1))
+        summary["param_device"] = str(next(self.raw_model().parameters()).device)  # where training ran
+        if self.device.type == "cuda":
+            summary["peak_device_mb"] = self.gather(round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1))
         if self.rank == 0:
             self.output.mkdir(parents=True, exist_ok=True)
             self.write_model(raw, self.output / "model.safetensors")

@@ -52,7 +52,8 @@ def make_optimizer(model: nn.Module, optim: OptimConfig, horizon: int | None, fu
 
 
 class DDPStrategy:
-    """Plain PyTorch data parallelism; with ``world == 1`` (Ray Train local mode) no wrapper at all."""
+    """Plain PyTorch data parallelism; the model arrives on the worker's device, and with one worker
+    (``distributed=False``: a single GPU, a Tune trial, local mode) it trains unwrapped there."""
 
     name = "ddp"
 
@@ -65,7 +66,8 @@ class DDPStrategy:
             import ray.train.torch
 
             self.model = ray.train.torch.prepare_model(
-                model, parallel_strategy_kwargs={"find_unused_parameters": find_unused_parameters})
+                model, move_to_device=False,
+                parallel_strategy_kwargs={"find_unused_parameters": find_unused_parameters})
         else:
             self.model = model
 
@@ -95,7 +97,8 @@ class DDPStrategy:
 
 
 class DeepSpeedStrategy:
-    """``deepspeed.initialize`` inside the worker (as in Ray's DeepSpeed guide), ZeRO stage from config.
+    """``deepspeed.initialize`` inside the worker (as in Ray's DeepSpeed guide), ZeRO stage from config;
+    the model arrives on the worker's device (DeepSpeed keeps it there).
 
     The optimizer is torch's AdamW handed to DeepSpeed (``zero_allow_untested_optimizer``): the same
     update as the DDP strategy, and no C++ Adam to compile on CPU."""
@@ -103,7 +106,7 @@ class DeepSpeedStrategy:
     name = "deepspeed"
 
     def __init__(self, model: nn.Module, optim: OptimConfig, horizon: int | None, *, zero_stage: int,
-                 micro_batch: int, use_gpu: bool):
+                 micro_batch: int):
         import deepspeed
 
         self.raw = model
@@ -114,7 +117,10 @@ class DeepSpeedStrategy:
             "gradient_clipping": optim.grad_clip,
             "zero_optimization": {"stage": zero_stage},
             "zero_allow_untested_optimizer": True,
-            "bf16": {"enabled": bool(use_gpu and torch.cuda.is_bf16_supported())},
+            # Precision is the loop's autocast, as under DDP. DeepSpeed's own `bf16` (bfloat16 weights and
+            # gradients) and `torch_autocast` (Linear gradients reduced in bfloat16) would each give ZeRO
+            # other numerics than DDP: both stay off, and master weights stay float32 everywhere.
+            "bf16": {"enabled": False},
             "steps_per_print": 1 << 30,
             "wall_clock_breakdown": False,
         }

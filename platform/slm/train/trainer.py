@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -162,8 +163,15 @@ def _teacher(teacher) -> dict:
     return d
 
 
-def base_spec(name: str, train: TrainConfig, out: Path) -> dict:
-    return {"name": name, "train": to_dict(train), "output": str(out.resolve())}
+def base_spec(name: str, train: TrainConfig, out: Path, section: str, cfg: JobConfig) -> dict:
+    """What every worker spec holds; ``section`` ("pretrain" or "specialize") names the user's keys in
+    the workers' errors. The precision is checked here too when the workers will run on this machine
+    (CPU workers on an embedded Ray), so a bf16 run on a CPU without it fails before Ray starts."""
+    from slm.train.hardware import worker_precision
+
+    if not train.use_gpu and not (cfg.ray.address or os.environ.get("RAY_ADDRESS")):
+        worker_precision(train, "cpu", f"{section}.train.precision")
+    return {"name": name, "train": to_dict(train), "output": str(out.resolve()), "config_key": f"{section}.train"}
 
 
 # ----------------------------------------------------------------------------------------- stages
@@ -192,7 +200,7 @@ def pretrain(cfg: JobConfig, run_dir: Path) -> dict:
                                  f"but the clustering has only {info['k']} coarse clusters")
     out = run_dir / p.output / p.run_name
     domains = list(cfg.corpus.domains)
-    spec = {**base_spec(p.run_name, p.train, out), "arch": arch, "data": str(data),
+    spec = {**base_spec(p.run_name, p.train, out, "pretrain", cfg), "arch": arch, "data": str(data),
             "valid": valid_sets(run_dir, cfg, domains), "soup_active": p.model.soup_active,
             "teacher": _teacher(p.teacher), "selection": to_dict(p.selection),
             "snapshot_steps": sorted(p.snapshot_steps)}
@@ -278,7 +286,7 @@ def specialize(cfg: JobConfig, run_dir: Path) -> dict:
     np.save(rows_path, rows)
     if s.teacher.checkpoint and not Path(s.teacher.checkpoint).exists():
         raise TrainingInputError(f"config key 'specialize.teacher.checkpoint': {s.teacher.checkpoint} does not exist")
-    spec = {**base_spec(f"{domain}/{name}", s.train, out), "arch": {"method": "generic", "gpt": arch["gpt"]},
+    spec = {**base_spec(f"{domain}/{name}", s.train, out, "specialize", cfg), "arch": {"method": "generic", "gpt": arch["gpt"]},
             "init": str(init.resolve()), "data": str(arrays), "rows": str(rows_path.resolve()),
             "valid": valid_sets(run_dir, cfg, [domain]), "teacher": _teacher(s.teacher), "lora": to_dict(s.lora),
             "init_sha": file_sha256(init)}

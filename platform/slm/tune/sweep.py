@@ -49,6 +49,7 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
     ``check_data=False`` (a dry run on another machine than the cluster's) skips the packed-data checks."""
     from slm.models.gpt import ModelConfigError
     from slm.train.budget import dense_flops_per_token
+    from slm.train.hardware import planning_peak
     from slm.train.trainer import gpt_config
 
     sw, run_dir = cfg.sweep, cfg.run.dir
@@ -95,12 +96,13 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
                                                "specialize_steps": k, "name": f"{name}-p{steps}-t{tokens}-s{k}",
                                                "flops": sizes[size]["train_flops_per_token"] * spec_tokens * k})
     total = sum(r["flops"] for r in runs) + sum(t["flops"] for t in trials)
-    device_flops = p_train.peak_flops * sw.assumed_mfu
+    peak = planning_peak(p_train)
+    device_flops = peak.flops * sw.assumed_mfu
     return {"runs": runs, "trials": trials, "sizes": sizes,
             "estimate": {"pretrain_flops": sum(r["flops"] for r in runs),
                          "specialize_flops": sum(t["flops"] for t in trials), "total_flops": total,
                          "device_seconds": total / device_flops, "assumed_mfu": sw.assumed_mfu,
-                         "peak_flops_per_device": p_train.peak_flops}}
+                         "peak_flops_per_device": peak.flops, "peak_flops_source": peak.source}}
 
 
 def _vocab_and_seq_len(cfg: JobConfig) -> tuple[int, int]:
@@ -120,7 +122,8 @@ def format_plan(p: dict) -> str:
     e = p["estimate"]
     lines.append(f"estimated cost: {e['pretrain_flops']:.3g} FLOPs pretraining + {e['specialize_flops']:.3g} "
                  f"specialization = {e['total_flops']:.3g} FLOPs ≈ {e['device_seconds'] / 3600:.3g} device-hours "
-                 f"at {100 * e['assumed_mfu']:.0f}% of {e['peak_flops_per_device']:.3g} FLOP/s")
+                 f"at {100 * e['assumed_mfu']:.0f}% of {e['peak_flops_per_device']:.3g} FLOP/s "
+                 f"({e['peak_flops_source']})")
     return "\n".join(lines)
 
 

@@ -1,0 +1,241 @@
+"""Device placement, precision, compilation and the MFU peak (slm.train.hardware), and the training
+paths they open: bf16 autocast and torch.compile for every method, a compiled run that resumes to the
+same losses after a worker SIGKILL, and configs that must fail before anything starts."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from slm.config import ConfigError, TrainConfig, load_job
+from slm.models.gpt import preset
+from slm.models.registry import architecture, build_model, compile_units
+from slm.models.soup import DomainPrior
+from slm.runtime import native_bf16
+from slm.train import hardware
+from slm.train.trainer import pretrain
+from tests.conftest import REPO, train_overrides
+
+METHODS = ["generic", "importance", "mixture", "projected", "soup"]
+CPU_BF16 = native_bf16("cpu")
+
+
+# ------------------------------------------------------------------------------------------ decisions
+
+
+def test_a_one_worker_gpu_run_trains_on_cuda_unwrapped():
+    one_gpu = hardware.plan_placement(use_gpu=True, world=1)  # a Tune trial on a GPU cluster
+    assert one_gpu == hardware.Placement(device_type="cuda", wrap_ddp=False, pin_memory=True, tf32=True)
+    assert hardware.plan_placement(use_gpu=True, world=4).wrap_ddp
+    cpu = hardware.plan_placement(use_gpu=False, world=2)
+    assert (cpu.device_type, cpu.wrap_ddp, cpu.pin_memory, cpu.tf32) == ("cpu", True, False, False)
+    assert hardware.plan_placement(use_gpu=False, world=1).wrap_ddp is False
+
+
+def test_precision_resolution():
+    key = "pretrain.train.precision"
+    assert hardware.resolve_precision("auto", "cpu", native=True, key=key) == "bf16"
+    assert hardware.resolve_precision("auto", "cpu", native=False, key=key) == "fp32"
+    assert hardware.resolve_precision("auto", "cuda", native=True, key=key) == "bf16"
+    assert hardware.resolve_precision("fp32", "cuda", native=True, key=key) == "fp32"
+    assert hardware.resolve_precision("bf16", "cpu", native=True, key=key) == "bf16"
+    with pytest.raises(ConfigError, match=r"'pretrain\.train\.precision'.*no native bfloat16.*amx_bf16"):
+        hardware.resolve_precision("bf16", "cpu", native=False, key=key)
+    with pytest.raises(ConfigError, match=r"'specialize\.train\.precision'.*no bfloat16 support"):
+        hardware.resolve_precision("bf16", "cuda", native=False, key="specialize.train.precision")
+    with pytest.raises(ConfigError, match=r"'pretrain\.train\.precision': 'fp16' is not one of"):
+        load_job(None, ["pretrain.train.precision=fp16"])
+    with pytest.raises(ConfigError, match=r"'specialize\.train\.compile': 'sometimes' is not one of"):
+        load_job(None, ["specialize.train.compile=sometimes"])
+    with pytest.raises(ConfigError, match=r"'pretrain\.train\.peak_flops'"):
+        load_job(None, ["pretrain.train.peak_flops=-3"])
+    assert load_job(None, ["pretrain.train.peak_flops=312e12"]).pretrain.train.peak_flops == 312e12
+
+
+def test_compile_resolution():
+    resolve = hardware.resolve_compile
+    assert resolve("auto", "cuda", "bf16", 50, None).enabled
+    assert resolve("auto", "cuda", "fp32", None, 2).enabled
+    assert not resolve("auto", "cpu", "fp32", 10_000, None).enabled
+    assert not resolve("auto", "cpu", "bf16", hardware.CPU_BF16_COMPILE_MIN_STEPS - 1, None).enabled
+    assert resolve("auto", "cpu", "bf16", hardware.CPU_BF16_COMPILE_MIN_STEPS, None).enabled
+    assert resolve("auto", "cpu", "bf16", None, None).enabled  # a device-seconds budget: no horizon
+    assert resolve("always", "cpu", "fp32", 5, 2).enabled
+    assert not resolve("never", "cuda", "bf16", 10_000, None).enabled
+    assert not resolve("auto", "cuda", "bf16", 10_000, 3).enabled  # ZeRO-3 stays eager
+    with pytest.raises(ConfigError, match="ZeRO-3"):
+        resolve("always", "cuda", "bf16", 10, 3)
+
+
+def test_peak_flops_config_datasheet_and_a_cached_probe(tmp_path):
+    cpu = torch.device("cpu")
+    assert hardware.peak_flops(123e9, cpu, "fp32", tmp_path / "p.json") == hardware.Peak(123e9, "config")
+    assert hardware.gpu_datasheet_peak("NVIDIA H200", "bf16") == 989e12
+    assert hardware.gpu_datasheet_peak("NVIDIA H100 PCIe", "bf16") == 756e12
+    assert hardware.gpu_datasheet_peak("NVIDIA A100-SXM4-80GB", "fp32") == 156e12  # TF32
+    assert hardware.gpu_datasheet_peak("Some Other GPU", "bf16") is None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        first = hardware.peak_flops("auto", cpu, "fp32", tmp_path / "p.json")
+        again = hardware.peak_flops("auto", cpu, "fp32", tmp_path / "p.json")
+    finally:
+        torch.set_num_threads(threads)
+    assert first.source == "probe" and again == hardware.Peak(first.flops, "probe (cached)")
+    assert 1e9 < first.flops < 1e13  # one core of any current CPU
+    (key,) = json.loads((tmp_path / "p.json").read_text())
+    assert "threads=1" in key and "fp32" in key and torch.__version__ in key
+
+
+# ------------------------------------------------------------------------------------------ model level
+
+
+def _step_fn(model, method: str, batch: tuple, prior: DomainPrior):
+    x, y = batch
+
+    def step(i: int):
+        if method == "soup":
+            return model(x, prior.sample(), y)
+        if method in ("mixture", "projected"):
+            return model(x, torch.full((x.shape[0],), i % 4), y)
+        return model(x, y)
+
+    return step
+
+
+@pytest.mark.parametrize("method", ["generic", "mixture", "projected", "soup"])
+def test_bf16_autocast_compiled_step_learns_like_fp32(method):
+    """bf16 autocast + torch.compile on the CPU for every model family: whole graphs (no breaks), float32
+    parameters and loss, bfloat16 logits, and the loss after 25 steps within 2% of float32 eager's. On a
+    CPU without native bf16 this runs emulated (slowly, at the same numerics): the tiny model keeps it short."""
+    cfg = preset("tiny")
+    arch = architecture(method, cfg, n_experts=4, soup_experts=4, soup_domains=4)
+    g = torch.Generator().manual_seed(0)
+    batch = (torch.randint(0, cfg.vocab_size, (4, cfg.seq_len), generator=g),
+             torch.randint(0, cfg.vocab_size, (4, cfg.seq_len), generator=g))
+    losses = {}
+    for precision, compiled in (("fp32", False), ("bf16", True)):
+        torch.manual_seed(0)
+        model = build_model(arch)
+        if compiled:
+            for unit in compile_units(model, arch):
+                unit.compile(fullgraph=True)  # fails on any graph break
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        step = _step_fn(model, method, batch, DomainPrior(4, 2, seed=0))
+        curve = []
+        for i in range(25):
+            with hardware.autocast(precision, "cpu"):
+                out = step(i)
+            opt.zero_grad(set_to_none=True)
+            out.loss.backward()
+            opt.step()
+            curve.append(out.loss.item())
+        assert out.loss.dtype == torch.float32
+        assert out.logits.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+        losses[precision] = curve
+    assert losses["bf16"][-1] < losses["bf16"][0] - 1.0, losses["bf16"]
+    assert losses["bf16"][-1] == pytest.approx(losses["fp32"][-1], rel=0.02), (losses["bf16"][-1], losses["fp32"][-1])
+
+
+# ------------------------------------------------------------------------------------------ the real loop
+
+
+def job(train_run, *extra):
+    return load_job(None, train_overrides(train_run, *extra))
+
+
+def metrics(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "logs" / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("method", METHODS)
+def test_compiled_training_learns_for_every_method(train_run, method):
+    """Every method through the real loop (Ray Train local mode) with compile=always and the default
+    precision: bf16 where this CPU has it natively, else float32."""
+    cfg = job(train_run, "pretrain.train.num_workers=0", f"pretrain.method={method}", f"pretrain.name=compiled-{method}",
+              "pretrain.train.compile=always", "pretrain.train.budget.steps=40", "pretrain.train.log_every=5",
+              "pretrain.model.bank_size=4")
+    m = pretrain(cfg, cfg.run.dir)
+    rows = metrics(cfg.run.dir / "checkpoints" / f"compiled-{method}")
+    assert m["compiled"] and m["compile_reason"] == "train.compile=always"
+    assert m["precision"] == ("bf16" if CPU_BF16 else "fp32") and m["param_device"] == "cpu"
+    assert rows[-1]["loss"] < rows[0]["loss"] - 0.5, (rows[0]["loss"], rows[-1]["loss"])
+    assert m["eval"]["macro"]["perplexity"] < m["eval_before"]["macro"]["perplexity"]
+    assert 0 < rows[-1]["mfu"] < 1 and m["peak_flops"] > 0
+
+
+def _train_workers():
+    import psutil
+
+    me = psutil.Process()
+    return [p for p in me.children(recursive=True) if "RayTrainWorker" in " ".join(p.cmdline() or [])]
+
+
+@pytest.mark.ray
+def test_a_compiled_run_resumes_to_the_same_losses(train_run):
+    """One Ray Train worker, compile=always, the default precision: a SIGKILL after step 30 makes Ray
+    restart the worker from the step-20 checkpoint; it recompiles (from the cache) and steps 21-60 give
+    the uninterrupted run's losses to 1e-4 (the same kernels on the same rows: equal in practice; the
+    tolerance only allows for the order of a reduction changing across a recompile)."""
+    common = ["pretrain.train.num_workers=1", "pretrain.train.compile=always", "pretrain.train.budget.steps=60",
+              "pretrain.train.checkpoint_every=20", "pretrain.train.log_every=1", "pretrain.train.report_every=0",
+              "pretrain.train.max_failures=1", "ray.include_dashboard=false"]
+    reference = job(train_run, *common, "pretrain.name=compiled-reference")
+    pretrain(reference, reference.run.dir)
+    cfg = job(train_run, *common, "pretrain.name=compiled-killed")
+    out = cfg.run.dir / "checkpoints" / "compiled-killed"
+    killed: list[int] = []
+
+    def killer():
+        deadline = time.time() + 600
+        log = out / "logs" / "metrics.jsonl"
+        while time.time() < deadline and not killed:
+            if log.exists() and any(r["step"] >= 30 for r in metrics(out)):
+                victim = _train_workers()[-1]
+                victim.send_signal(signal.SIGKILL)
+                killed.append(victim.pid)
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    m = pretrain(cfg, cfg.run.dir)
+    thread.join(timeout=1)
+    assert killed and m["steps"] == 60 and m["compiled"]
+    steps = [r["step"] for r in metrics(out)]
+    assert steps.count(21) == 2  # resumed from the step-20 checkpoint
+    a = {r["step"]: r["loss"] for r in metrics(reference.run.dir / "checkpoints" / "compiled-reference")}
+    b = {r["step"]: r["loss"] for r in metrics(out)}  # the last row of each step: the resumed one
+    for step in range(21, 61):
+        assert b[step] == pytest.approx(a[step], abs=1e-4), step
+
+
+@pytest.mark.ray
+@pytest.mark.skipif(CPU_BF16, reason="this CPU computes bf16 natively")
+def test_bf16_on_a_cpu_without_it_fails_before_anything_runs(train_run):
+    cfg = job(train_run, "pretrain.train.precision=bf16", "pretrain.name=bf16-here")
+    with pytest.raises(ConfigError, match=r"'pretrain\.train\.precision'.*no native bfloat16"):
+        pretrain(cfg, cfg.run.dir)
+    assert not (cfg.run.dir / "checkpoints" / "bf16-here").exists()
+
+
+def test_default_train_config_is_the_fast_path():
+    t = TrainConfig()
+    assert (t.precision, t.compile, t.peak_flops) == ("auto", "auto", "auto")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA machine runs the check itself")
+def test_gpu_check_skips_cleanly_on_cpu():
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu.py")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "no CUDA device" in json.loads(proc.stdout)["skipped"]
