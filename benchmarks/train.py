@@ -208,7 +208,7 @@ def main() -> None:
 
     from slm.config import ModelConfig, TrainConfig, load_job
     from slm.models.gpt import GPTConfig
-    from slm.runtime import native_bf16
+    from slm.runtime import cpu_model, native_bf16
     from slm.train import hardware
     from slm.train.trainer import gpt_config, packed, vocab_size
 
@@ -229,8 +229,7 @@ def main() -> None:
     choice = hardware.resolve_compile(defaults.compile, "cpu", precision, args.steps, None)
     result: dict = {
         "machine": {"cpus": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
-                    "processor": next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                                       if ln.startswith("model name")), platform.processor()),
+                    "processor": cpu_model(),
                     "native_bf16": native_bf16("cpu")},
         "defaults": {"precision": precision, "compiled": choice.enabled, "compile_reason": choice.reason},
         "model": {"depth": args.depth, "d_model": gpt.d_model, "seq_len": seq_len, "vocab": gpt.vocab_size,

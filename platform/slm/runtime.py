@@ -47,14 +47,26 @@ def init_ray(cfg: RayConfig):
 NATIVE_BF16_CPU_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
 
 
-def cpu_flags() -> frozenset[str]:
-    """This machine's CPU feature flags (Linux ``/proc/cpuinfo``; empty elsewhere)."""
+def _cpuinfo_field(name: str) -> str:
+    """The first ``name : value`` line of Linux ``/proc/cpuinfo`` (empty elsewhere)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return frozenset()
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    return frozenset(line.partition(":")[2].split())
+        return ""
+    line = next((ln for ln in text.splitlines() if ln.split(":", 1)[0].strip() == name), "")
+    return line.partition(":")[2].strip()
+
+
+def cpu_flags() -> frozenset[str]:
+    """This machine's CPU feature flags (empty where /proc/cpuinfo is not)."""
+    return frozenset(_cpuinfo_field("flags").split())
+
+
+def cpu_model() -> str:
+    """This machine's CPU model name (``platform.processor()`` where /proc/cpuinfo is not)."""
+    import platform
+
+    return _cpuinfo_field("model name") or platform.processor()
 
 
 def native_bf16(device_type: str) -> bool:

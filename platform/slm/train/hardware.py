@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import json
 import os
-import platform
 import statistics
 import time
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from typing import Literal
 import torch
 
 from slm.config import ConfigError, TrainConfig
-from slm.runtime import NATIVE_BF16_CPU_FLAGS, cpu_flags, native_bf16
+from slm.runtime import NATIVE_BF16_CPU_FLAGS, cpu_flags, cpu_model, native_bf16
 
 DeviceType = Literal["cpu", "cuda"]
 Precision = Literal["fp32", "bf16"]
@@ -208,18 +207,10 @@ def _probe_key(device: torch.device, precision: Precision) -> str:
     if device.type == "cuda":
         where = torch.cuda.get_device_name(device)
     else:
-        model = next((ln.partition(":")[2].strip() for ln in _cpuinfo_lines() if ln.startswith("model name")),
-                     platform.processor())
+        model = cpu_model()
         flags = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:12]
         where = f"{model}|{flags}|threads={torch.get_num_threads()}"
     return f"{device.type}|{where}|{precision}|torch={torch.__version__}"
-
-
-def _cpuinfo_lines() -> list[str]:
-    try:
-        return Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return []
 
 
 def peak_flops(configured: float | str, device: torch.device, precision: Precision,
