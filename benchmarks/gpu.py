@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from timing import interleaved  # this folder's module (a script's folder is on sys.path)
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -127,14 +128,7 @@ def soup_vs_dense(batch: int, n_experts: int, reps: int = 20) -> dict:
 
     steps = {"dense": make(GPT(cfg), False),
              "soup": make(SoupOfExperts(cfg, n_experts=n_experts, n_domains=16, expert_init_std=0.02), True)}
-    for fn in steps.values():
-        for _ in range(3):  # compile, then warm the allocator
-            fn()
-    times = {k: [] for k in steps}
-    for _ in range(reps):
-        for k, fn in steps.items():
-            times[k].append(fn())
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = interleaved(steps, reps, warmup=3)  # the warm-up compiles, then warms the allocator
     return {"n_experts": n_experts, "batch": batch, "dense_step_s": round(med["dense"], 4),
             "soup_step_s": round(med["soup"], 4), "ratio": round(med["soup"] / med["dense"], 3)}
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import torch
+from timing import interleaved  # this folder's module (a script's folder is on sys.path)
 
 from slm.config import TrainConfig
 from slm.models import GPT, SoupOfExperts, preset
@@ -48,17 +49,6 @@ def make_step(model, batch_size, seq_len, vocab, kind, n_domains=None):
         return time.perf_counter() - t
 
     return step
-
-
-def interleaved(steps: dict, reps: int, warmup: int = 1) -> dict[str, float]:
-    for fn in steps.values():
-        for _ in range(warmup):
-            fn()
-    times = {k: [] for k in steps}
-    for _ in range(reps):
-        for k, fn in steps.items():
-            times[k].append(fn())
-    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def main() -> None:

@@ -9,8 +9,9 @@ Prints one JSON object; every ratio is measured side by side in this one run:
 - ``defaults``: what ``precision: auto`` and ``compile: auto`` resolve to on this machine, and why.
 - ``train_speedup``: for ``cpu-small``, ``d2`` and the soup (n = 8, 32 sequences per worker), 2 CPU
   workers of one thread, our pretrain stage on Ray Train: steady tokens/s of each configuration ÷ tokens/s
-  of fp32 eager (the training path before issue 15). Configurations: ``defaults``, ``fp32_compiled``
-  and ``bf16_compiled``; a configuration this machine refuses (bf16 on a CPU without native bf16) is
+  of fp32 eager (the training path before issue 15), which runs first and again last: its tokens/s is the
+  mean of the two, ``drift`` their relative difference (the noise floor of these ratios). Configurations:
+  ``defaults``, ``fp32_compiled`` and ``bf16_compiled``; a configuration this machine refuses (bf16 on a CPU without native bf16) is
   reported with the reason instead of a number.
 - ``loss_agreement``: the d2 runs are 200 steps from the same seed: each configuration's final training
   loss and valid perplexity against fp32 eager's (relative difference).
@@ -19,13 +20,15 @@ Prints one JSON object; every ratio is measured side by side in this one run:
   process, with that cache filled; and the compiled ÷ eager steady step.
 - ``bf16_emulation``: where bf16 is not native, a one-process d2 step in bf16 autocast ÷ in fp32 (why
   ``auto`` stays in fp32 there and an explicit ``bf16`` is refused).
-- ``dense_train_mfu``: the d2 defaults run's MFU, against the peak of the precision in use, probed in
-  this run (``peak``).
+- ``dense_train_mfu``: the d2 defaults run's MFU, against the peak of the precision in use that the run
+  itself used (``train.peak_flops: auto``: this machine's cached probe), with ``peak_1_thread_flops``
+  probed afresh in this run beside it.
 - ``ray_train_overhead``: the steady step time of our loop on Ray Train under the defaults (1 worker with
   the machine's 2 threads; sampler, memory-mapped rows, callbacks, a metrics.jsonl/TensorBoard line every
   10 steps, ``ray.train.report`` every 50) ÷ a plain PyTorch loop with the same model, batch, optimizer,
   threads, precision and compile choice (random rows of the same memory map), run in its own process
-  before and after the Ray run (the mean of the two).
+  before and after the Ray run (the mean of the two); ``ray_run_cores_in_use``: the cores the training
+  worker and every other process (Ray's daemons and actors, the driver) used in the Ray run's steady window.
 - ``zero2_vs_ddp``: 2 CPU workers × 1 thread, the same model and batch: median step time and peak
   resident memory per worker under DDP and DeepSpeed ZeRO-2.
 Step times are medians over the steady window (the first steps warm up and, compiled, compile).
@@ -46,6 +49,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from timing import interleaved  # this folder's module (a script's folder is on sys.path)
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -101,6 +105,54 @@ def ray_loop(run_dir: Path, overrides: list[str], name: str) -> tuple[list[float
     return list(np.diff(wall) / LOG_EVERY), summary, rows
 
 
+class CoresInUse:
+    """The CPU cores each kind of process on this machine uses while a Ray run in ``out`` is in its steady
+    window (logged steps from SKIP_STEPS to ``last_step``): the training worker, and everything else
+    (Ray's daemons and actors, this driver) — what a 2-core machine lends away from training."""
+
+    def __init__(self, out: Path, last_step: int):
+        import threading
+
+        self.out, self.last_step = out, last_step
+        self.cores: dict[str, float] = {}
+        self.thread = threading.Thread(target=self._measure, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def _cpu_seconds() -> dict[int, tuple[str, float]]:
+        import psutil
+
+        seen = {}
+        for proc in psutil.process_iter(["cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                t = proc.cpu_times()
+                seen[proc.pid] = (" ".join(proc.info["cmdline"] or []), t.user + t.system)
+        return seen
+
+    def _logged_step(self) -> int:
+        log = self.out / "logs" / "metrics.jsonl"
+        lines = log.read_text().splitlines() if log.exists() else []
+        return json.loads(lines[-1])["step"] if lines else 0
+
+    def _wait_for(self, step: int) -> None:
+        while self._logged_step() < step:
+            time.sleep(0.2)
+
+    def _measure(self) -> None:
+        self._wait_for(SKIP_STEPS)
+        first, t0 = self._cpu_seconds(), time.time()
+        self._wait_for(self.last_step)
+        last, seconds = self._cpu_seconds(), time.time() - t0
+        worker = other = 0.0
+        for pid, (cmd, cpu) in last.items():
+            used = (cpu - first[pid][1]) / seconds if pid in first else 0.0
+            if "RayTrainWorker" in cmd:
+                worker += used
+            else:
+                other += used
+        self.cores = {"train_worker": round(worker, 3), "everything_else": round(other, 3)}
+
+
 def steady(times: list[float], skip: int) -> float:
     return statistics.median(times[skip:])
 
@@ -120,9 +172,10 @@ def speedup_rows(work: Path, model: list[str], label: str, steps: int, batch: in
 
     two = [*model, "pretrain.train.num_workers=2", "pretrain.train.torch_threads=1",
            f"pretrain.train.batch_size={batch}", f"pretrain.train.budget.steps={steps}"]
-    tokens_per_step = None
     out: dict = {}
-    for name, overrides in CONFIGS.items():
+    # fp32 eager runs first and again last: the base is the mean of the two, and their difference is the
+    # machine's drift over the comparison (a ratio smaller than that is not a measured difference).
+    for name, overrides in [*CONFIGS.items(), ("fp32_eager_repeat", CONFIGS["fp32_eager"])]:
         if name == "defaults" and same_as_fp32_eager:
             out[name] = {"same_as": "fp32_eager", "why": "the defaults resolve to fp32 eager on this machine"}
             continue
@@ -141,7 +194,10 @@ def speedup_rows(work: Path, model: list[str], label: str, steps: int, batch: in
                      "final_loss": summary["final_loss"],
                      "valid_ppl": (summary.get("eval") or {}).get("macro", {}).get("perplexity"),
                      "wall_seconds": summary["wall_seconds"], "peak_rss_mb": summary["peak_rss_mb"]}
-    base = out["fp32_eager"]["tokens_per_s"]
+    first, last = out["fp32_eager"]["tokens_per_s"], out.pop("fp32_eager_repeat")["tokens_per_s"]
+    base = (first + last) / 2
+    out["fp32_eager"]["tokens_per_s_first_last"] = [first, last]
+    out["fp32_eager"]["drift"] = round(abs(first - last) / base, 3)
     for row in out.values():
         if "tokens_per_s" in row:
             row["speedup_vs_fp32_eager"] = round(row["tokens_per_s"] / base, 3)
@@ -172,13 +228,7 @@ def bf16_emulation(gpt_cfg, batch: int, reps: int = 3) -> dict:
             return time.perf_counter() - t
 
         steps[precision] = step
-    for fn in steps.values():
-        fn()
-    times = {k: [] for k in steps}
-    for _ in range(reps):
-        for k, fn in steps.items():
-            times[k].append(fn())
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = interleaved(steps, reps)
     return {"fp32_step_s": round(med["fp32"], 3), "bf16_step_s": round(med["bf16"], 3),
             "bf16_over_fp32": round(med["bf16"] / med["fp32"], 2), "threads": torch.get_num_threads()}
 
@@ -288,15 +338,16 @@ def main() -> None:
                 "soup_n8_b32": speedup_rows(work, [f"pretrain.model.depth={args.depth}", "pretrain.method=soup",
                                                    "pretrain.model.soup_experts=8"], "soup", args.small_steps, 32, same),
             }
-            result["train_speedup"] = {k: {c: r.get("speedup_vs_fp32_eager", r.get("not_run")) for c, r in v.items()}
+            result["train_speedup"] = {k: {**{c: r.get("speedup_vs_fp32_eager", r.get("not_run")) for c, r in v.items()},
+                                           "fp32_eager_drift": v["fp32_eager"]["drift"]}
                                        for k, v in speed.items()}
             result["train_speedup_rows"] = speed
             base = speed[f"d{args.depth}"]["fp32_eager"]
             result["loss_agreement"] = {
                 "steps": args.agreement_steps,
                 **{name: ({"final_loss": row["final_loss"], "valid_ppl": row["valid_ppl"],
-                           "loss_rel_diff": round(row["final_loss"] / base["final_loss"] - 1, 5),
-                           "ppl_rel_diff": round(row["valid_ppl"] / base["valid_ppl"] - 1, 5)}
+                           "loss_rel_diff": float(f"{row['final_loss'] / base['final_loss'] - 1:.2g}"),
+                           "ppl_rel_diff": float(f"{row['valid_ppl'] / base['valid_ppl'] - 1:.2g}")}
                           if "final_loss" in row else row)
                    for name, row in speed[f"d{args.depth}"].items()}}
             d = speed[f"d{args.depth}"]["defaults"]
@@ -306,6 +357,7 @@ def main() -> None:
             ray.shutdown()
             plain_before = plain_in_own_process(args.steps)
             ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+            cores = CoresInUse(work / "checkpoints" / "bench-ray-1w", last_step=args.steps - LOG_EVERY)
             ray_times, _, _ = ray_loop(work, [f"pretrain.model.depth={args.depth}", f"pretrain.train.batch_size={args.batch}",
                                               f"pretrain.train.budget.steps={args.steps}", "pretrain.train.num_workers=1",
                                               "pretrain.train.cpus_per_worker=2", "pretrain.train.torch_threads=2"],
@@ -319,7 +371,8 @@ def main() -> None:
                 "ray_train_overhead": round(ray_step / plain_step, 3), "ray_train_step_s": round(ray_step, 4),
                 "plain_step_s": round(plain_step, 4),
                 "plain_step_s_before_after": [round(steady(plain_before, SKIP_STEPS), 4),
-                                              round(steady(plain_after, SKIP_STEPS), 4)]})
+                                              round(steady(plain_after, SKIP_STEPS), 4)],
+                "ray_run_cores_in_use": cores.cores})
         if "zero2" in parts:
             two = [f"pretrain.model.depth={args.depth}", f"pretrain.train.batch_size={args.batch}",
                    f"pretrain.train.budget.steps={args.steps}", "pretrain.train.num_workers=2",

@@ -193,3 +193,45 @@ def train_overrides(cfg, *extra: str) -> list[str]:
             "tokenizer.vocab_size=512", "pack.seq_len=64", "pretrain.model.preset=tiny",
             "pretrain.train.eval_tokens=2048", "specialize.train.eval_tokens=2048"]
     return base + list(extra)
+
+
+def logged_rows(folder: Path) -> list[dict]:
+    """A training run's metrics.jsonl, a row a logged step (a resumed run logs the steps after its
+    checkpoint twice)."""
+    return [json.loads(line) for line in (folder / "logs" / "metrics.jsonl").read_text().splitlines()]
+
+
+class WorkerKiller:
+    """SIGKILLs this test's last Ray Train worker process once the run in ``folder`` has logged
+    ``after_step``: a real worker failure mid-run, started before the run and joined after it."""
+
+    def __init__(self, folder: Path, after_step: int, timeout_s: float = 600):
+        import threading
+
+        self.folder, self.after_step, self.timeout_s = folder, after_step, timeout_s
+        self.killed: list[int] = []
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> WorkerKiller:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.thread.join(timeout=1)
+
+    def _watch(self) -> None:
+        import signal
+        import time
+
+        import psutil
+
+        deadline = time.time() + self.timeout_s
+        log = self.folder / "logs" / "metrics.jsonl"
+        while time.time() < deadline and not self.killed:
+            if log.exists() and any(r["step"] >= self.after_step for r in logged_rows(self.folder)):
+                me = psutil.Process(os.getpid())
+                workers = [p for p in me.children(recursive=True) if "RayTrainWorker" in " ".join(p.cmdline() or [])]
+                workers[-1].send_signal(signal.SIGKILL)
+                self.killed.append(workers[-1].pid)
+            time.sleep(0.05)
+

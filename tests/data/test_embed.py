@@ -113,6 +113,7 @@ def test_bad_split_names_fail_before_running():
         load_job(None, ["embed.splits=[generic]"])
 
 
+@pytest.mark.slow  # ~1 min warm, more with a cold export cache; the embed fixtures use this embedder too
 def test_exported_embedder_is_sentence_transformers_encode(mini_corpus_dir, tmp_path):
     """The actors' embedder (the model's forward, exported once per machine) gives encode()'s vectors;
     a process that loads it from the cache never imports sentence-transformers (the start-up it saves)."""
@@ -160,6 +161,7 @@ def test_exported_embedder_is_sentence_transformers_encode(mini_corpus_dir, tmp_
                                ours[:8], atol=BATCH_NOISE[dtype] / 10)
 
 
+@pytest.mark.slow  # ~2 min warm (an AOTInductor compile when the cache is cold); embed.compile is off on CPU by default
 def test_compiled_embedder_writes_the_eager_vectors(mini_corpus_dir, tmp_path):
     """embed.compile=always (AOTInductor): compiled once per machine while other actors
     wait, loaded without Inductor; the same windows, the same vectors as eager."""

@@ -4,20 +4,13 @@ ZeRO-2 (every rank's optimizer shard checkpointed, the run resumed from it, the 
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import threading
-import time
-
-import psutil
 import pytest
 from safetensors.torch import load_file
 
 from slm.artifacts import read_manifest
 from slm.config import load_job
 from slm.train.trainer import pretrain
-from tests.conftest import train_overrides
+from tests.conftest import WorkerKiller, logged_rows, train_overrides
 
 pytestmark = pytest.mark.ray
 
@@ -27,20 +20,11 @@ TWO_WORKERS = ["pretrain.train.num_workers=2", "pretrain.train.log_every=1", "pr
 
 def rows_by_step(folder) -> dict[int, dict]:
     """The last logged row of every step (a resumed run logs the steps after its checkpoint twice)."""
-    out = {}
-    for line in (folder / "logs" / "metrics.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        out[row["step"]] = row
-    return out
+    return {row["step"]: row for row in logged_rows(folder)}
 
 
 def logged_steps(folder) -> list[int]:
-    return [json.loads(line)["step"] for line in (folder / "logs" / "metrics.jsonl").read_text().splitlines()]
-
-
-def train_workers() -> list[psutil.Process]:
-    me = psutil.Process(os.getpid())
-    return [p for p in me.children(recursive=True) if "RayTrainWorker" in " ".join(p.cmdline() or [])]
+    return [row["step"] for row in logged_rows(folder)]
 
 
 @pytest.fixture(scope="module")
@@ -55,23 +39,9 @@ def test_worker_sigkill_resumes_from_the_last_checkpoint(train_run, uninterrupte
                                          "pretrain.train.budget.steps=200", "pretrain.train.checkpoint_every=50",
                                          "pretrain.train.max_failures=1"))
     out = cfg.run.dir / "checkpoints" / "ddp-killed"
-    killed: list[int] = []
-
-    def killer():
-        deadline = time.time() + 600
-        log = out / "logs" / "metrics.jsonl"
-        while time.time() < deadline and not killed:
-            if log.exists() and any(s >= 60 for s in logged_steps(out)):
-                victim = train_workers()[-1]
-                victim.send_signal(signal.SIGKILL)
-                killed.append(victim.pid)
-            time.sleep(0.05)
-
-    thread = threading.Thread(target=killer, daemon=True)
-    thread.start()
-    m = pretrain(cfg, cfg.run.dir)
-    thread.join(timeout=1)
-    assert killed, "no training worker was killed"
+    with WorkerKiller(out, after_step=60) as killer:
+        m = pretrain(cfg, cfg.run.dir)
+    assert killer.killed, "no training worker was killed"
     steps = logged_steps(out)
     assert m["steps"] == 200 and steps[-1] == 200
     # the run went back to its step-50 checkpoint: steps 51.. were logged again after the kill
