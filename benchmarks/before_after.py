@@ -5,9 +5,10 @@
 Checks the base commit out into a temporary git worktree and runs the same pretraining job — d2, 2 CPU
 workers × 1 thread, 100 steps, batch 8, the job's defaults otherwise — with that commit's code and with
 this checkout's, alternating (base, current, base, current, …: a slow spell of a shared machine hits
-both), each run in its own process with an embedded local Ray. Prints one JSON object: per run the
-steady step time (median from step 20), the wall time of ``pretrain`` (Ray Train's start-up, the
-steps, the evaluation, the model written) and the final loss; and the current ÷ base ratios of the means.
+both), each run in its own process with an embedded local Ray, through ``benchmarks/train.py``'s
+``ray_loop``. Prints one JSON object: per run the steady step time (median from step 20), the wall time
+of the run (Ray Train's start-up, the steps, the evaluation, the model written) and the final loss; and
+the current ÷ base ratios of the means.
 Needs a run directory with a tokenizer and ``packed/generic`` (the quickstart job makes them).
 """
 
@@ -25,27 +26,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 OVERRIDES = ["pretrain.model.depth=2", "pretrain.train.num_workers=2", "pretrain.train.torch_threads=1",
-             "pretrain.train.batch_size=8", "pretrain.train.budget.steps=100", "pretrain.train.log_every=10",
-             "pretrain.train.checkpoint_every=0", "pretrain.train.eval_tokens=8192", "ray.include_dashboard=false"]
+             "pretrain.train.batch_size=8", "pretrain.train.budget.steps=100"]
 
-# One run, in a process whose `slm` is the checkout on PYTHONPATH (a base commit's, or this one's).
+# One run, in a process whose `slm` is the checkout on PYTHONPATH (a base commit's, or this one's); the
+# run itself and its steady step are benchmarks/train.py's (ray_loop imports slm only when called).
 RUN = """
-import json, shutil, statistics, sys, time
-from pathlib import Path
-import numpy as np
+import json, sys, time
+sys.path.insert(0, sys.argv[4])
 import slm
-from slm.config import load_job
-from slm.train.trainer import pretrain
-run, name, overrides = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
-cfg = load_job(None, [f"run.root={run.parent}", f"run.name={run.name}", f"pretrain.name={name}", *overrides])
-out = run / "checkpoints" / name
-shutil.rmtree(out, ignore_errors=True)
+from train import LOG_EVERY, SKIP_STEPS, ray_loop, steady
+from pathlib import Path
 t = time.perf_counter()
-summary = pretrain(cfg, run)
+times, summary, _ = ray_loop(Path(sys.argv[1]), json.loads(sys.argv[3]), sys.argv[2])
 wall = time.perf_counter() - t
-rows = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
-steps = np.diff([r["wall_time"] for r in rows]) / 10  # logged every 10 steps
-print(json.dumps({"slm": slm.__file__, "step_s": round(statistics.median(steps[2:]), 4),
+print(json.dumps({"slm": slm.__file__, "step_s": round(steady(times, SKIP_STEPS // LOG_EVERY), 4),
                   "wall_s": round(wall, 1), "final_loss": summary["final_loss"]}))
 """
 
@@ -53,7 +47,8 @@ print(json.dumps({"slm": slm.__file__, "step_s": round(statistics.median(steps[2
 def one_run(checkout: Path, run_dir: Path, name: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(checkout / "platform"), "HF_HUB_OFFLINE": "1",
            "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.run([sys.executable, "-c", RUN, str(run_dir), name, json.dumps(OVERRIDES)], env=env,
+    proc = subprocess.run([sys.executable, "-c", RUN, str(run_dir), name, json.dumps(OVERRIDES),
+                           str(REPO / "benchmarks")], env=env,
                           capture_output=True, text=True, check=True)
     row = json.loads(proc.stdout.strip().splitlines()[-1])
     if not row["slm"].startswith(str(checkout)):

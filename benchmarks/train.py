@@ -11,8 +11,8 @@ Prints one JSON object; every ratio is measured side by side in this one run:
   workers of one thread, our pretrain stage on Ray Train: steady tokens/s of each configuration ÷ tokens/s
   of fp32 eager (the training path before issue 15), which runs first and again last: its tokens/s is the
   mean of the two, ``drift`` their relative difference (the noise floor of these ratios). Configurations:
-  ``defaults``, ``fp32_compiled`` and ``bf16_compiled``; a configuration this machine refuses (bf16 on a CPU without native bf16) is
-  reported with the reason instead of a number.
+  ``defaults``, ``fp32_compiled`` and ``bf16_compiled``; a configuration this machine refuses (bf16 on a
+  CPU without native bf16) is reported with the reason instead of a number.
 - ``loss_agreement``: the d2 runs are 200 steps from the same seed: each configuration's final training
   loss and valid perplexity against fp32 eager's (relative difference).
 - ``compile_warmup``: one process, d2 under the defaults' precision: the seconds the first compiled steps

@@ -234,4 +234,3 @@ class WorkerKiller:
                 workers[-1].send_signal(signal.SIGKILL)
                 self.killed.append(workers[-1].pid)
             time.sleep(0.05)
-
