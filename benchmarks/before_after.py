@@ -9,7 +9,15 @@ both), each run in its own process with an embedded local Ray, through ``benchma
 ``ray_loop``. Prints one JSON object: per run the steady step time (median from step 20), the wall time
 of the run (Ray Train's start-up, the steps, the evaluation, the model written) and the final loss; and
 the current ÷ base ratios of the means.
-Needs a run directory with a tokenizer and ``packed/generic`` (the quickstart job makes them).
+
+    python benchmarks/before_after.py --base 0aca7bd --sweep [--rounds 1]
+
+End to end instead: each checkout's ``slm sweep jobs/sweeps/quickstart.yaml`` as shipped (5 pretraining
+runs, 20 Tune trials, the report), in its own process and embedded local Ray, on the same data; per run
+the wall time from launch to exit (Ray's start, any compile warm-up, every trial, the report), the
+current ÷ base ratio, and the largest relative difference of a trial's perplexity between the two.
+Needs a run directory with a tokenizer and ``packed/generic`` (the quickstart job makes them; the sweep
+reads the rest of that directory too).
 """
 
 from __future__ import annotations
@@ -22,7 +30,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parents[1]
 OVERRIDES = ["pretrain.model.depth=2", "pretrain.train.num_workers=2", "pretrain.train.torch_threads=1",
@@ -56,40 +67,80 @@ def one_run(checkout: Path, run_dir: Path, name: str) -> dict:
     return row
 
 
+def one_sweep(checkout: Path, root: Path, corpus_dir: Path, name: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(checkout / "platform"), "HF_HUB_OFFLINE": "1",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "slm.cli", "sweep", "jobs/sweeps/quickstart.yaml",
+                           f"run.root={root}", f"corpus.dir={corpus_dir}", f"sweep.name={name}"],
+                          cwd=checkout, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"sweep {name} at {checkout} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    rows = pq.read_table(root / "quickstart" / "sweeps" / name / "results.parquet").to_pylist()
+    return {"wall_s": round(wall, 1), "trials": len(rows),
+            "perplexity": {r["trial"]: r["perplexity"] for r in sorted(rows, key=lambda r: r["trial"])}}
+
+
+def compare_sweeps(runs: dict[str, list[dict]]) -> dict:
+    base, current = runs["base"][0]["perplexity"], runs["current"][0]["perplexity"]
+    if set(base) != set(current):
+        raise RuntimeError(f"the two sweeps ran different trials: {sorted(set(base) ^ set(current))}")
+    mean = {k: statistics.mean(r["wall_s"] for r in v) for k, v in runs.items()}
+    return {"current_over_base_wall_s": round(mean["current"] / mean["base"], 3),
+            "max_rel_perplexity_difference": float(f"{max(abs(current[t] / base[t] - 1) for t in base):.2g}")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", required=True, help="the earlier commit")
     ap.add_argument("--run-dir", default="runs/quickstart")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--sweep", action="store_true", help="time the quickstart sweep end to end instead")
+    ap.add_argument("--rounds", type=int, default=0, help="alternating rounds (default: 2; 1 with --sweep)")
     ap.add_argument("--out", default="")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch run directory (the sweeps' outputs)")
     args = ap.parse_args()
 
+    rounds = args.rounds or (1 if args.sweep else 2)
     source = Path(args.run_dir).expanduser().resolve()
     scratch = Path(tempfile.mkdtemp(prefix="slm-bench-before-after-"))
-    work = scratch / source.name
+    work = scratch / "quickstart" if args.sweep else scratch / source.name  # the sweep job's run.name
     work.mkdir()
-    for part in ("tokenizer", "packed"):  # read-only inputs, linked
-        (work / part).symlink_to(source / part)
+    for part in source.iterdir() if args.sweep else (source / p for p in ("tokenizer", "packed")):
+        if part.name != "sweeps":  # read-only inputs, linked
+            (work / part.name).symlink_to(part)
+    corpus_dir = (REPO / "data" / "corpus").resolve()
     base = scratch / "base"
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), args.base], check=True,
                    capture_output=True)
     runs: dict[str, list[dict]] = {"base": [], "current": []}
     try:
-        for i in range(args.rounds):
-            runs["base"].append(one_run(base, work, f"before-after-base-{i}"))
-            runs["current"].append(one_run(REPO, work, f"before-after-current-{i}"))
+        for i in range(rounds):
+            if args.sweep:
+                runs["base"].append(one_sweep(base, scratch, corpus_dir, f"before-after-base-{i}"))
+                runs["current"].append(one_sweep(REPO, scratch, corpus_dir, f"before-after-current-{i}"))
+            else:
+                runs["base"].append(one_run(base, work, f"before-after-base-{i}"))
+                runs["current"].append(one_run(REPO, work, f"before-after-current-{i}"))
     finally:
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)], check=False)
-        shutil.rmtree(scratch, ignore_errors=True)
-    mean = {k: {m: statistics.mean(r[m] for r in v) for m in ("step_s", "wall_s")} for k, v in runs.items()}
+        if args.keep:
+            print(f"kept {scratch}", file=sys.stderr)
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    result = {
-        "base": args.base, "current": commit, "overrides": OVERRIDES, "runs": runs,
-        "current_over_base_step_s": round(mean["current"]["step_s"] / mean["base"]["step_s"], 3),
-        "current_over_base_wall_s": round(mean["current"]["wall_s"] / mean["base"]["wall_s"], 3),
-        "same_final_loss": len({r["final_loss"] for v in runs.values() for r in v}) == 1,
-    }
+    if args.sweep:
+        result = {"base": args.base, "current": commit, "job": "slm sweep jobs/sweeps/quickstart.yaml",
+                  "runs": runs, **compare_sweeps(runs)}
+    else:
+        mean = {k: {m: statistics.mean(r[m] for r in v) for m in ("step_s", "wall_s")} for k, v in runs.items()}
+        result = {
+            "base": args.base, "current": commit, "overrides": OVERRIDES, "runs": runs,
+            "current_over_base_step_s": round(mean["current"]["step_s"] / mean["base"]["step_s"], 3),
+            "current_over_base_wall_s": round(mean["current"]["wall_s"] / mean["base"]["wall_s"], 3),
+            "same_final_loss": len({r["final_loss"] for v in runs.values() for r in v}) == 1,
+        }
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

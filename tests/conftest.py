@@ -112,14 +112,19 @@ def user_corpus_dir(user_corpus) -> Path:
 
 @pytest.fixture(scope="session")
 def mini_corpus_dir(corpus_dir, ray_local, tmp_path_factory) -> Path:
-    """A small real corpus: generic documents from across the bundled generic split, and three domains."""
+    """A small real corpus: generic documents from across the bundled generic split, and three domains.
+
+    Each document is cut to its first ~2,000 characters (at a space): still two or three embedding
+    windows each, but ~1,000 windows in all instead of ~2,200, and embedding them is most of the data
+    tests' time on 2 cores.
+    """
     from slm.corpus.importer import import_corpus
 
     root = tmp_path_factory.mktemp("mini")
 
     def take(rel: str, n: int) -> list[str]:
         texts = pq.read_table(sorted((corpus_dir / rel).glob("*.parquet")), columns=["text"]).column("text").to_pylist()
-        return texts[:: max(1, len(texts) // n)][:n]
+        return [t if len(t) <= 2000 else t[:2000].rsplit(" ", 1)[0] for t in texts[:: max(1, len(texts) // n)][:n]]
 
     pq.write_table(pa.table({"text": take("generic", 300)}), root / "generic.parquet")
     import_corpus(str(root / "generic.parquet"), root / "corpus")
@@ -127,6 +132,15 @@ def mini_corpus_dir(corpus_dir, ray_local, tmp_path_factory) -> Path:
         pq.write_table(pa.table({"text": take(f"domains/{domain}/train", 80)}), root / f"{domain}.parquet")
         import_corpus(str(root / f"{domain}.parquet"), root / "corpus", domain, valid_fraction=0.15)
     return root / "corpus"
+
+
+def embed_config_for_tests():
+    """The tests' embed settings: small actor batches (many working files to kill and resume between), and
+    the eager embedder: compiling it ahead of time is its own (slow) test, and a cold compile would cost
+    CI more than it saves on ~1,000 windows."""
+    from slm.config import EmbedConfig
+
+    return EmbedConfig(batch_docs=32, compile="never")
 
 
 @pytest.fixture(scope="session")
@@ -138,7 +152,6 @@ def embedded(mini_corpus_dir, ray_local, tmp_path_factory):
 
     import psutil
 
-    from slm.config import EmbedConfig
     from slm.data.embed import WORK, embed_corpus
 
     out = tmp_path_factory.mktemp("emb")
@@ -163,7 +176,7 @@ def embedded(mini_corpus_dir, ray_local, tmp_path_factory):
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
-    manifest = embed_corpus(mini_corpus_dir, EmbedConfig(batch_docs=32), out)
+    manifest = embed_corpus(mini_corpus_dir, embed_config_for_tests(), out)
     thread.join(timeout=1)
     return out, manifest, killed
 

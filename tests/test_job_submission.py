@@ -69,8 +69,8 @@ def head_node(tmp_path_factory):
     yield client, url
     # Every process of this head (gcs, raylet, dashboard, workers) shares the launcher's process group.
     os.killpg(proc.pid, signal.SIGTERM)
-    # A throwaway cluster: 15 s of grace, then SIGKILL whatever of the group is left.
-    deadline = time.time() + 15
+    # A throwaway cluster: 5 s of grace, then SIGKILL whatever of the group is left.
+    deadline = time.time() + 5
     while time.time() < deadline and _group_alive(proc.pid):
         time.sleep(0.5)
     if _group_alive(proc.pid):

@@ -454,6 +454,11 @@ class SweepConfig:
     domains: list[str] = field(default_factory=list)  # default: [resample.domain]
     domain_tokens: list[int] = field(default_factory=lambda: [20000])  # in-domain data sizes
     specialize_steps: list[int] = field(default_factory=lambda: [30])  # specialization budgets
+    # The seed axis: every pretraining run and trial is repeated once per seed, which sets the training
+    # init and data order (pretrain.train.seed, specialize.train.seed), the soup's domain draws, SALT's
+    # KD sampler, and which sequences of the domain make up the in-domain data budget. Empty: one run per
+    # setting with the train sections' own seeds, and `slm advise` can say nothing of the spread.
+    seeds: list[int] = field(default_factory=list)
     inference_budget: float = 0.0  # the largest inference FLOPs per token a size may cost (0: no limit)
     scheduler: Literal["fifo", "asha"] = "fifo"  # asha: stop weak specializations early (metric: loss)
     max_concurrent_trials: int = 0  # 0: the cluster's CPUs (GPUs) ÷ what one trial's workers take
@@ -471,6 +476,8 @@ class SweepConfig:
                 raise ConfigError(f"config key '{prefix}{key}': budgets must be positive, got {bad}")
         if self.inference_budget < 0:
             raise ConfigError(f"config key '{prefix}inference_budget': must be ≥ 0")
+        if len(set(self.seeds)) != len(self.seeds) or any(s < 0 for s in self.seeds):
+            raise ConfigError(f"config key '{prefix}seeds': distinct seeds ≥ 0, got {self.seeds}")
 
 
 @dataclass

@@ -14,9 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from slm.config import ConfigError, load_job
-from slm.tune.advise import advise
-from slm.tune.report import pareto
+from slm.tune.advise import advise, format_advice
+from slm.tune.report import markdown, near_front, pareto
 from slm.tune.sweep import SweepSpecError, plan
+from slm.tune.table import MEANS, aggregate
 from tests.conftest import REPO, train_overrides
 
 
@@ -42,6 +43,15 @@ def test_bad_sweep_specs_fail_before_any_trial(train_run):
     assert [r["name"] for r in p["runs"]] == ["generic-tiny", "importance-legal-tiny"]
     assert all(r["steps"] == 20 and r["snapshots"] == [10, 20] for r in p["runs"])
     assert len(p["trials"]) == 8 and p["estimate"]["total_flops"] > 0
+    # the seed axis repeats every run and trial per seed; a trial's setting is its name without the seed
+    p = plan(spec("sweep.methods=[generic]", "sweep.pretrain_steps=[10]", "sweep.domain_tokens=[1000]",
+                  "sweep.specialize_steps=[5]", "sweep.seeds=[0, 3]"))
+    assert [r["name"] for r in p["runs"]] == ["generic-tiny-seed0", "generic-tiny-seed3"]
+    assert [(t["name"], t["setting"], t["seed"]) for t in p["trials"]] == [
+        ("generic-tiny-p10-t1000-s5-seed0", "generic-tiny-p10-t1000-s5", 0),
+        ("generic-tiny-p10-t1000-s5-seed3", "generic-tiny-p10-t1000-s5", 3)]
+    with pytest.raises(ConfigError, match="sweep.seeds"):
+        spec("sweep.seeds=[1, 1]")
 
 
 ROWS = [  # hand-checkable: FLOPs in units, perplexities chosen so the answer is obvious
@@ -60,10 +70,19 @@ ROWS = [  # hand-checkable: FLOPs in units, perplexities chosen so the answer is
 ]
 
 
+def trials(rows: list[dict], seed: int | None = None, shift: float = 0.0) -> list[dict]:
+    """Hand rows as a sweep's table holds them: every measured column, one trial per setting and seed
+    (``shift`` moves this seed's perplexities)."""
+    return [{**dict.fromkeys(MEANS, 0.0), "params": 0, **r, "perplexity": r["perplexity"] + shift, "setting": r["trial"],
+             "seed": seed, "trial": r["trial"] + ("" if seed is None else f"-seed{seed}")} for r in rows]
+
+
+ASK = dict(pretrain_budget=1000, specialization_budget=1000, inference_budget=100, domain_tokens=10000)
+
+
 def test_advise_picks_the_right_row():
     def ask(**kw):
-        base = dict(pretrain_budget=1000, specialization_budget=1000, inference_budget=100, domain_tokens=10000)
-        return advise(ROWS, **{**base, **kw})
+        return advise(trials(ROWS), **{**ASK, **kw})
 
     assert ask()["answer"]["trial"] == "d"  # everything fits: the best perplexity
     assert ask(inference_budget=10)["answer"]["trial"] == "c"  # the large model is out; SLM-is wins
@@ -77,6 +96,41 @@ def test_advise_picks_the_right_row():
     assert any("above everything measured" in n for n in ask(pretrain_budget=1e9)["notes"])
     assert [r["trial"] for r in pareto([{**r, "t": r["generic_flops"] + r["per_domain_flops"]} for r in ROWS], "t")] \
         == ["a", "c", "d"]  # b (305, 25) is beaten by c (150, 24)
+    # one seed per setting: the answer stands, but its margin has no error bar and the advice says so
+    a = ask(inference_budget=10)
+    assert a["answer"]["margin"]["runner_up"] == "b" and a["answer"]["margin"]["separable"] is None
+    assert not a["answer"]["tie"] and any("spread is unknown" in n for n in a["notes"])
+
+
+def test_seeds_fold_into_means_with_standard_errors_and_ties_are_called():
+    # three seeds; perplexity shifts of -1, 0, +1 give every setting a standard error of 1/sqrt(3) = 0.577
+    table = [row for seed, shift in enumerate([-1.0, 0.0, 1.0]) for row in trials(ROWS, seed, shift)]
+    settings = {r["trial"]: r for r in aggregate(table)}
+    assert set(settings) == {"a", "b", "c", "d"} and all(r["n"] == 3 and r["seeds"] == [0, 1, 2] for r in settings.values())
+    assert settings["c"]["perplexity"] == pytest.approx(24.0) and settings["c"]["perplexity_se"] == pytest.approx(3 ** -0.5)
+    # c (24) vs b (25): 1.0 ± 0.816 is under two standard errors: a tie, said plainly, not a ranking
+    a = advise(table, **{**ASK, "inference_budget": 10})
+    assert a["answer"]["trial"] == "c" and a["answer"]["tie"] and a["answer"]["tied_with"] == ["b"]
+    assert a["answer"]["margin"]["difference"] == pytest.approx(1.0) and a["answer"]["margin"]["se"] == pytest.approx(0.8165, abs=1e-4)
+    assert any("differ by 1.00 ± 0.82 ppl: a tie at these budgets" in n for n in a["notes"])
+    assert "A tie at these budgets" in format_advice(a) and "24.00 ± 0.58 (n=3)" in format_advice(a)
+    # d (20) vs c (24): 4.0 ± 0.816 is separable: a winner with its margin, no tie
+    a = advise(table, **ASK)
+    assert a["answer"]["trial"] == "d" and not a["answer"]["tie"] and a["answer"]["margin"]["separable"] is True
+    assert not any("tie" in n or "unknown" in n for n in a["notes"])
+    # the report's front on the means, and what is within noise of it: b (25 at cost 305) is dominated by
+    # c (24 at cost 150) but not out of the noise
+    rows = [{**r, "t": r["generic_flops"] + r["per_domain_flops"]} for r in settings.values()]
+    assert [r["trial"] for r in pareto(rows, "t")] == ["a", "c", "d"]
+    assert [r["trial"] for r in near_front(rows, "t")] == ["b"]
+    summary = markdown(list(settings.values()), trials=len(table))
+    assert "12 specialized models: 4 settings, up to 3 seed(s)" in summary and "| b | 305 | 25.00 ± 0.58 (n=3) |" in summary
+
+
+def test_a_table_that_mixes_two_sweeps_is_refused():
+    table = trials(ROWS, 0) + [{**r, "size": "d4"} for r in trials(ROWS, 1)]
+    with pytest.raises(ValueError, match="setting 'a' has different 'size'"):
+        aggregate(table)
 
 
 @pytest.mark.ray

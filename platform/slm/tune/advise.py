@@ -8,17 +8,21 @@ A row is admissible when, for N domains,
 - its per-domain cost (specialization, plus SLM-is's domain-specific pretraining) ≤ the
   specialization budget;
 
-and the answer is the admissible row of lowest specialized perplexity, ties broken by
-C_total(N) = C_generic + N·C_specialization. Budgets are in FLOPs (or device-seconds with
-``unit="device_seconds"``). Nothing is extrapolated: a request beyond every measured row is answered
-with the best measured row and a plain statement that the request lies outside the sweep.
+and the answer is the admissible setting of lowest mean specialized perplexity over its seeds, exact
+ties broken by C_total(N) = C_generic + N·C_specialization. It comes with its margin: the difference
+to the best admissible setting of another method or size, ± its standard error. A margin under two
+standard errors is called a tie, and every setting within noise of the winner is named; with one seed
+per setting the margin has no error and the advice says the spread is unknown (``slm.tune.table``).
+Budgets are in FLOPs (or device-seconds with ``unit="device_seconds"``). Nothing is extrapolated: a
+request beyond every measured row is answered with the best measured row and a plain statement that the
+request lies outside the sweep.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from slm.tune.sweep import finite, read_table
+from slm.tune.table import aggregate, difference, ppl, read_table, separable
 
 
 def _cost(r: dict, what: str, unit: str) -> float:
@@ -32,7 +36,7 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
         raise ValueError(f"unit must be 'flops' or 'device_seconds', got {unit!r}")
     if domains < 1:
         raise ValueError(f"--domains must be at least 1, got {domains}")
-    rows = [r for r in rows if finite(r["perplexity"]) and (domain is None or r["domain"] == domain)]
+    rows = [r for r in aggregate(rows) if domain is None or r["domain"] == domain]
     if not rows:
         raise ValueError("no measured row" + (f" for domain {domain!r}" if domain else ""))
 
@@ -68,11 +72,26 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
     ranked = sorted(admissible, key=lambda r: (r["perplexity"], total(r)))
     best = ranked[0]
     evidence = [{**{k: r[k] for k in ("trial", "method", "size", "pretrain_steps", "domain", "domain_tokens",
-                                      "specialize_steps", "perplexity", "accuracy")}, "total": total(r)}
-                for r in ranked[:5]]
+                                      "specialize_steps", "perplexity", "perplexity_se", "n", "accuracy")},
+                 "total": total(r)} for r in ranked[:5]]
+    others = [r for r in ranked if (r["method"], r["size"]) != (best["method"], best["size"])]
+    margin = None
+    if others:
+        d, se = difference(best, others[0])
+        margin = {"runner_up": others[0]["trial"], "method": others[0]["method"], "size": others[0]["size"],
+                  "difference": d, "se": se, "separable": separable(d, se)}
+    # every admissible setting of another method or size that the winner does not beat out of the noise
+    tied = [r["trial"] for r in others if separable(*difference(best, r)) is False]
+    if best["n"] < 2:
+        notes.append("one seed per setting: the spread is unknown, so is whether the margin is real "
+                     "(rerun the sweep with sweep.seeds, e.g. [0, 1, 2])")
+    elif margin and margin["separable"] is False:
+        notes.append(f"{best['method']} {best['size']} and {margin['method']} {margin['size']} differ by "
+                     f"{margin['difference']:.2f} ± {margin['se']:.2f} ppl: a tie at these budgets")
     return {"answer": {"method": best["method"], "size": best["size"], "trial": best["trial"],
-                       "perplexity": best["perplexity"], "accuracy": best["accuracy"], "total": total(best),
-                       "unit": unit, "domains": domains},
+                       "perplexity": best["perplexity"], "perplexity_se": best["perplexity_se"], "n": best["n"],
+                       "accuracy": best["accuracy"], "total": total(best), "unit": unit, "domains": domains,
+                       "margin": margin, "tie": bool(tied), "tied_with": tied},
             "evidence": evidence, "notes": notes}
 
 
@@ -81,13 +100,21 @@ def format_advice(a: dict) -> str:
     if a["answer"] is None:
         lines.append("No measured configuration fits these budgets.")
     else:
-        b = a["answer"]
-        lines.append(f"Build {b['method']} at size {b['size']}: specialized perplexity {b['perplexity']:.2f}, "
+        b, m = a["answer"], a["answer"]["margin"]
+        if b["tie"]:
+            lines.append(f"A tie at these budgets: {b['method']} at size {b['size']} has the lowest mean "
+                         f"perplexity, but not out of the noise of {', '.join(b['tied_with'])}; choose among "
+                         "them by cost, or add seeds.")
+        lines.append(f"Build {b['method']} at size {b['size']}: specialized perplexity {ppl(b)}, "
                      f"top-1 {b['accuracy']:.4f}, C_total({b['domains']}) = {b['total']:.3g} {b['unit']} "
                      f"(measured: {b['trial']}).")
-        lines += ["", "Evidence (best admissible rows):", "| trial | method | size | ppl | top-1 | C_total |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {e['trial']} | {e['method']} | {e['size']} | {e['perplexity']:.2f} | {e['accuracy']:.4f} "
+        if m:
+            error = f" ± {m['se']:.2f}" if m["se"] is not None else " (spread unknown)"
+            lines.append(f"Margin: {m['difference']:.2f}{error} ppl ahead of {m['method']} at size {m['size']} "
+                         f"({m['runner_up']}).")
+        lines += ["", "Evidence (best admissible settings; ppl: mean ± standard error over n seeds):",
+                  "| setting | method | size | ppl | top-1 | C_total |", "|---|---|---|---|---|---|"]
+        lines += [f"| {e['trial']} | {e['method']} | {e['size']} | {ppl(e)} | {e['accuracy']:.4f} "
                   f"| {e['total']:.3g} |" for e in a["evidence"]]
     lines += [f"Note: {n}." for n in a["notes"]]
     return "\n".join(lines)

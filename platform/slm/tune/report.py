@@ -1,7 +1,11 @@
 """`slm report SWEEP`: the frontier plots (Plan-Early's figures) and a Markdown summary of a sweep.
 
-Plots (PNG, matplotlib), specialized perplexity on the y axis, one colour per method, Pareto-optimal
-points (no other row is both cheaper and better) ringed in black:
+Everything is computed on settings — a sweep's trials folded over their seeds (``slm.tune.table``):
+each point is a setting's mean perplexity with error bars of ± one standard error. Plots (PNG,
+matplotlib), specialized perplexity on the y axis, one colour per method, Pareto-optimal points (no
+other setting is both cheaper and better on the means) ringed in black, and the points that are not
+separable from the front (within two standard errors of a front point that costs no more) ringed in
+dashed grey:
 
 - ``pretrain_cost.png``: vs pretraining FLOPs (the generic part; SLM-is has none, it is plotted at the
   cost of its domain-specific pretraining, which it pays per domain);
@@ -15,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from slm.artifacts import atomic_path, atomic_write_text
-from slm.tune.sweep import finite, read_table
+from slm.tune.table import aggregate, difference, finite, ppl, read_table, separable
 
 METHOD_COLORS = {"generic": "tab:gray", "importance": "tab:green", "dsir": "tab:olive", "mixture": "tab:blue",
                  "projected": "tab:purple", "soup": "tab:orange"}
@@ -33,6 +37,21 @@ def pareto(rows: list[dict], cost: str, quality: str = "perplexity") -> list[dic
     return sorted(front, key=lambda r: r[cost])
 
 
+def near_front(rows: list[dict], cost: str, quality: str = "perplexity") -> list[dict]:
+    """Rows off the Pareto front that no row beats by a separable margin at no more cost: on these seeds
+    they may belong to the front. Rows with an unknown spread (one seed) are never marked."""
+    ok = [r for r in rows if finite(r[cost]) and finite(r[quality])]
+    on_front = {id(r) for r in pareto(ok, cost, quality)}
+    near = []
+    for r in ok:
+        if id(r) in on_front:
+            continue
+        beating = [o for o in ok if o is not r and o[cost] <= r[cost] and o[quality] <= r[quality]]
+        if all(separable(*difference(o, r, quality)) is False for o in beating):
+            near.append(r)
+    return sorted(near, key=lambda r: r[cost])
+
+
 def total_flops(r: dict, domains: int = 1) -> float:
     """C_total(N) = C_generic + N·C_specialization (SLM-is: N·(its pretraining + specialization))."""
     return r["generic_flops"] + domains * r["per_domain_flops"]
@@ -43,11 +62,16 @@ def _scatter(ax, rows: list[dict], cost, title: str, xlabel: str) -> None:
         r["_x"] = cost(r)
     for method in sorted({r["method"] for r in rows}):
         mine = [r for r in rows if r["method"] == method]
-        ax.scatter([r["_x"] for r in mine], [r["perplexity"] for r in mine], label=method, alpha=0.8,
-                   color=METHOD_COLORS.get(method))
+        ax.errorbar([r["_x"] for r in mine], [r["perplexity"] for r in mine],
+                    yerr=[r["perplexity_se"] or 0.0 for r in mine], fmt="o", capsize=3, label=method, alpha=0.8,
+                    color=METHOD_COLORS.get(method))
     front = pareto(rows, "_x")
     ax.scatter([r["_x"] for r in front], [r["perplexity"] for r in front], s=140, facecolors="none",
                edgecolors="black", label="Pareto-optimal")
+    near = near_front(rows, "_x")
+    if near:
+        ax.scatter([r["_x"] for r in near], [r["perplexity"] for r in near], s=140, facecolors="none",
+                   edgecolors="gray", linestyles="--", label="within noise of the front")
     ax.plot([r["_x"] for r in front], [r["perplexity"] for r in front], color="black", lw=0.8, ls="--")
     _log_x(ax, [r["_x"] for r in rows if finite(r["_x"])])
     ax.set_xlabel(xlabel)
@@ -90,7 +114,8 @@ def _figure(path: Path, panels: list[tuple[str, list[dict]]], cost, xlabel: str)
 
 def report(sweep: str | Path, out: str | Path | None = None) -> dict:
     sweep = Path(sweep)
-    rows = [r for r in read_table(sweep) if finite(r["perplexity"])]
+    trials = read_table(sweep)
+    rows = aggregate(trials)
     if not rows:
         raise ValueError(f"{sweep}: the results table has no finished trial to report")
     out = Path(out) if out else sweep / "report"
@@ -106,23 +131,33 @@ def report(sweep: str | Path, out: str | Path | None = None) -> dict:
     _figure(out / "domain_tokens.png",
             [(f"{t:,} in-domain tokens", [r for r in rows if r["domain_tokens"] == t])
              for t in sorted({r["domain_tokens"] for r in rows})], total_flops, "total FLOPs for one domain")
-    summary = markdown(rows)
+    summary = markdown(rows, trials=sum(finite(t["perplexity"]) for t in trials))
     atomic_write_text(out / "summary.md", summary)
     return {"report": str(out), "plots": sorted(p.name for p in out.glob("*.png")), "rows": len(rows)}
 
 
-def markdown(rows: list[dict]) -> str:
-    lines = ["# Sweep summary", "", f"{len(rows)} specialized models. Best per method (lowest perplexity):", "",
+def markdown(rows: list[dict], trials: int) -> str:
+    seeds = max(r["n"] for r in rows)
+    lines = ["# Sweep summary", "",
+             f"{trials} specialized models: {len(rows)} settings, up to {seeds} seed(s) each. Perplexity is the mean "
+             "over a setting's seeds ± its standard error; a difference under two standard errors is a tie."
+             + ("" if seeds > 1 else " One seed per setting: the spread is unknown (set `sweep.seeds`)."), "",
+             "Best per method (lowest mean perplexity):", "",
              "| method | size | pretrain steps | domain | in-domain tokens | spec. steps | ppl | top-1 | total FLOPs (1 domain) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for method in sorted({r["method"] for r in rows}):
         b = min((r for r in rows if r["method"] == method), key=lambda r: r["perplexity"])
         lines.append(f"| {method} | {b['size']} | {b['pretrain_steps']} | {b['domain']} | {b['domain_tokens']:,} "
-                     f"| {b['specialize_steps']} | {b['perplexity']:.2f} | {b['accuracy']:.4f} | {total_flops(b):.3g} |")
-    lines += ["", "Pareto-optimal (total FLOPs for one domain vs perplexity):", "",
-              "| trial | total FLOPs | ppl |", "|---|---|---|"]
+                     f"| {b['specialize_steps']} | {ppl(b)} | {b['accuracy']:.4f} | {total_flops(b):.3g} |")
     for r in rows:
         r["_total"] = total_flops(r)
-    lines += [f"| {r['trial']} | {r['_total']:.3g} | {r['perplexity']:.2f} |" for r in pareto(rows, "_total")]
+    lines += ["", "Pareto-optimal on the means (total FLOPs for one domain vs perplexity):", "",
+              "| setting | total FLOPs | ppl |", "|---|---|---|"]
+    lines += [f"| {r['trial']} | {r['_total']:.3g} | {ppl(r)} |" for r in pareto(rows, "_total")]
+    near = near_front(rows, "_total")
+    if near:
+        lines += ["", "Not separable from the front (within two standard errors of a front point that costs no more):",
+                  "", "| setting | total FLOPs | ppl |", "|---|---|---|"]
+        lines += [f"| {r['trial']} | {r['_total']:.3g} | {ppl(r)} |" for r in near]
     lines += ["", "Plots: `pretrain_cost.png`, `specialize_cost.png`, `inference_size.png`, `domain_tokens.png`."]
     return "\n".join(lines) + "\n"

@@ -19,17 +19,12 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 
-from slm.artifacts import atomic_path, atomic_write_json
+from slm.artifacts import atomic_write_json
 from slm.config import ConfigError, JobConfig, config_hash, size_config, to_dict
-
-COLUMNS = ["method", "size", "params", "inference_flops_per_token", "pretrain_steps", "pretrain_flops",
-           "pretrain_device_seconds", "generic_flops", "generic_device_seconds", "domain", "domain_tokens",
-           "specialize_steps", "specialize_flops", "specialize_device_seconds", "per_domain_flops",
-           "per_domain_device_seconds", "perplexity", "accuracy", "perplexity_before", "accuracy_before", "trial"]
+from slm.tune.table import write_table
 
 
 class SweepSpecError(ConfigError):
@@ -42,6 +37,11 @@ def sweep_dir(cfg: JobConfig) -> Path:
 
 def pretrain_name(method: str, size: str, domain: str | None) -> str:
     return f"{method}-{domain}-{size}" if domain else f"{method}-{size}"
+
+
+def seed_suffix(seed: int | None) -> str:
+    """What a seed adds to a run's and a trial's name; nothing without a seed axis."""
+    return "" if seed is None else f"-seed{seed}"
 
 
 def plan(cfg: JobConfig, check_data: bool = True) -> dict:
@@ -83,18 +83,22 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
     for method in sw.methods:
         for size in sw.sizes:
             for domain in (domains if method in ("importance", "dsir") else [None]):
-                name = pretrain_name(method, size, domain)
-                runs.append({"name": name, "method": method, "size": size, "domain": domain, "steps": longest,
-                             "snapshots": sorted(set(sw.pretrain_steps)),
-                             "flops": sizes[size]["train_flops_per_token"] * pre_tokens * longest})
-                for steps in sorted(set(sw.pretrain_steps)):
-                    for d in ([domain] if domain else domains):
-                        for tokens in sorted(set(sw.domain_tokens)):
-                            for k in sorted(set(sw.specialize_steps)):
-                                trials.append({"source": name, "method": method, "size": size,
-                                               "pretrain_steps": steps, "domain": d, "domain_tokens": tokens,
-                                               "specialize_steps": k, "name": f"{name}-p{steps}-t{tokens}-s{k}",
-                                               "flops": sizes[size]["train_flops_per_token"] * spec_tokens * k})
+                base = pretrain_name(method, size, domain)
+                for seed in sw.seeds or [None]:
+                    name = base + seed_suffix(seed)
+                    runs.append({"name": name, "method": method, "size": size, "domain": domain, "seed": seed,
+                                 "steps": longest, "snapshots": sorted(set(sw.pretrain_steps)),
+                                 "flops": sizes[size]["train_flops_per_token"] * pre_tokens * longest})
+                    for steps in sorted(set(sw.pretrain_steps)):
+                        for d in ([domain] if domain else domains):
+                            for tokens in sorted(set(sw.domain_tokens)):
+                                for k in sorted(set(sw.specialize_steps)):
+                                    setting = f"{base}-p{steps}-t{tokens}-s{k}"
+                                    trials.append({
+                                        "source": name, "method": method, "size": size, "pretrain_steps": steps,
+                                        "domain": d, "domain_tokens": tokens, "specialize_steps": k, "seed": seed,
+                                        "setting": setting, "name": setting + seed_suffix(seed),
+                                        "flops": sizes[size]["train_flops_per_token"] * spec_tokens * k})
     total = sum(r["flops"] for r in runs) + sum(t["flops"] for t in trials)
     peak = planning_peak(p_train)
     device_flops = peak.flops * sw.assumed_mfu
@@ -137,6 +141,8 @@ def _pretrain_overrides(run: dict, sw) -> list[str]:
            f"pretrain.train.budget={{steps: {run['steps']}}}", f"pretrain.snapshot_steps={run['snapshots']}"]
     if run["domain"]:
         out.append(f"resample.domain={run['domain']}")
+    if run["seed"] is not None:
+        out.append(f"pretrain.train.seed={run['seed']}")
     return out
 
 
@@ -158,7 +164,8 @@ def specialize_trial(config: dict) -> None:
                              / t["source"], t["pretrain_steps"])
     cfg = _with(_from_job(job), [f"specialize.source={snapshot}", f"specialize.name={t['name']}",
                                  f"specialize.domain={t['domain']}", f"specialize.domain_tokens={t['domain_tokens']}",
-                                 f"specialize.train.budget={{steps: {t['specialize_steps']}}}"])
+                                 f"specialize.train.budget={{steps: {t['specialize_steps']}}}",
+                                 *([f"specialize.train.seed={t['seed']}"] if t["seed"] is not None else [])])
     log = Path(config["trials_log"])
     with log.open("a") as f:  # an audit line per trial start: what a restored sweep ran again
         f.write(json.dumps({"trial": t["name"], "started": time.time()}) + "\n")
@@ -178,7 +185,7 @@ def row(t: dict, m: dict, snapshots: dict) -> dict:
     domain_specific = t["method"] in ("importance", "dsir")  # SLM-is: C_generic = 0, all of it per domain
     d = t["domain"]
     return {
-        "trial": t["name"], "method": t["method"], "size": t["size"], "params": m["params"],
+        "trial": t["name"], "setting": t["setting"], "seed": t["seed"], "method": t["method"], "size": t["size"], "params": m["params"],
         "inference_flops_per_token": m["inference_flops_per_token"], "pretrain_steps": t["pretrain_steps"],
         "pretrain_flops": pre["flops"], "pretrain_device_seconds": pre["device_seconds"],
         "generic_flops": 0.0 if domain_specific else pre["flops"],
@@ -270,30 +277,3 @@ def run_sweep(cfg: JobConfig) -> dict:
                            f"{len(rows)} that finished; rerun the same command to retry only them). First error:\n"
                            f"{failed[0][-2000:]}")
     return {"trials": len(p["trials"]), "finished": len(rows), "failed": len(failed), "results": str(table)}
-
-
-def write_table(rows: list[dict], out: Path) -> Path:
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
-
-    table = pa.Table.from_pylist([{k: r.get(k) for k in COLUMNS} for r in sorted(rows, key=lambda r: r["trial"])])
-    with atomic_path(out / "results.parquet") as tmp:
-        pq.write_table(table, tmp)
-    with atomic_path(out / "results.csv") as tmp:
-        pacsv.write_csv(table, tmp)
-    return out / "results.parquet"
-
-
-def read_table(sweep: str | Path) -> list[dict]:
-    import pyarrow.parquet as pq
-
-    path = Path(sweep)
-    path = path / "results.parquet" if path.is_dir() else path
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist: run `slm sweep` first (or give the sweep folder)")
-    return pq.read_table(path).to_pylist()
-
-
-def finite(x) -> bool:
-    return x is not None and math.isfinite(x)

@@ -1,0 +1,111 @@
+"""A sweep's results table: one row per trial (one setting at one seed), and the same table folded over
+seeds into one row per setting with the mean and its standard error.
+
+What "within noise" means here, in one place: two settings differ by ``d ± se`` with
+``se = sqrt(se_a² + se_b²)`` (the standard errors of their means over seeds); the difference is
+*separable* when ``d ≥ 2·se``, roughly a 95% two-sided test for a normal difference. With 3 seeds the
+standard errors are themselves rough, so a separable difference is evidence, not proof; a difference
+under that bar is reported as a tie, never ranked. A setting measured at one seed has no spread: its
+standard error is ``None`` and nothing about it is called separable or a tie.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+from slm.artifacts import atomic_path
+
+COLUMNS = ["method", "size", "params", "inference_flops_per_token", "pretrain_steps", "pretrain_flops",
+           "pretrain_device_seconds", "generic_flops", "generic_device_seconds", "domain", "domain_tokens",
+           "specialize_steps", "specialize_flops", "specialize_device_seconds", "per_domain_flops",
+           "per_domain_device_seconds", "perplexity", "accuracy", "perplexity_before", "accuracy_before",
+           "setting", "seed", "trial"]
+# Averaged over a setting's seeds (FLOPs are equal across seeds; device-seconds are not).
+MEANS = ["pretrain_flops", "pretrain_device_seconds", "generic_flops", "generic_device_seconds", "specialize_flops",
+         "specialize_device_seconds", "per_domain_flops", "per_domain_device_seconds", "perplexity", "accuracy",
+         "perplexity_before", "accuracy_before"]
+# The same for every seed of a setting.
+SETTING = ["method", "size", "params", "inference_flops_per_token", "pretrain_steps", "domain", "domain_tokens",
+           "specialize_steps"]
+SEPARABLE_SE = 2.0  # a difference of at least this many standard errors is separable
+
+
+def finite(x) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+def write_table(rows: list[dict], out: Path) -> Path:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist([{k: r[k] for k in COLUMNS} for r in sorted(rows, key=lambda r: r["trial"])])
+    with atomic_path(out / "results.parquet") as tmp:
+        pq.write_table(table, tmp)
+    with atomic_path(out / "results.csv") as tmp:
+        pacsv.write_csv(table, tmp)
+    return out / "results.parquet"
+
+
+def read_table(sweep: str | Path) -> list[dict]:
+    """A sweep's rows. A table written before the seed axis has no ``setting`` / ``seed`` columns: each of
+    its trials is its own setting, at an unrecorded seed."""
+    import pyarrow.parquet as pq
+
+    path = Path(sweep)
+    path = path / "results.parquet" if path.is_dir() else path
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: run `slm sweep` first (or give the sweep folder)")
+    rows = pq.read_table(path).to_pylist()
+    for r in rows:
+        if "setting" not in r:
+            r["setting"], r["seed"] = r["trial"], None
+    return rows
+
+
+def aggregate(rows: list[dict]) -> list[dict]:
+    """One row per setting: the mean of every measured column over its finished seeds, the standard error
+    of the perplexity and accuracy means (``None`` at one seed), ``seeds`` and ``n``. ``trial`` names the
+    setting, so that code written for per-trial rows reads these unchanged."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        if finite(r["perplexity"]):
+            groups.setdefault(r["setting"], []).append(r)
+    out = []
+    for setting, group in sorted(groups.items()):
+        first = group[0]
+        for key in SETTING:
+            if any(r[key] != first[key] for r in group):
+                raise ValueError(f"results table: setting {setting!r} has different {key!r} across its seeds "
+                                 f"({sorted({str(r[key]) for r in group})}): the table mixes two sweeps")
+        row = {key: first[key] for key in SETTING}
+        row.update({key: statistics.fmean(r[key] for r in group) for key in MEANS})
+        for key in ("perplexity", "accuracy"):
+            row[f"{key}_se"] = standard_error([r[key] for r in group])
+        row.update(trial=setting, setting=setting, seeds=sorted(r["seed"] for r in group if r["seed"] is not None),
+                   n=len(group))
+        out.append(row)
+    return out
+
+
+def ppl(r: dict) -> str:
+    """A setting's perplexity for a table: mean ± standard error over its seeds (n), or its one value."""
+    return f"{r['perplexity']:.2f} ± {r['perplexity_se']:.2f} (n={r['n']})" if r["perplexity_se"] is not None \
+        else f"{r['perplexity']:.2f} (n={r['n']})"
+
+
+def standard_error(values: list[float]) -> float | None:
+    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
+
+
+def difference(a: dict, b: dict, key: str = "perplexity") -> tuple[float, float | None]:
+    """``b − a`` and its standard error (``None`` unless both are measured at ≥ 2 seeds)."""
+    se_a, se_b = a[f"{key}_se"], b[f"{key}_se"]
+    return b[key] - a[key], (math.hypot(se_a, se_b) if se_a is not None and se_b is not None else None)
+
+
+def separable(d: float, se: float | None) -> bool | None:
+    """Whether a difference stands out of the noise; ``None`` when its spread is unknown."""
+    return None if se is None else abs(d) >= SEPARABLE_SE * se
