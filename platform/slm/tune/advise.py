@@ -109,8 +109,8 @@ def format_advice(a: dict) -> str:
                      f"top-1 {b['accuracy']:.4f}, C_total({b['domains']}) = {b['total']:.3g} {b['unit']} "
                      f"(measured: {b['trial']}).")
         if m:
-            error = f" ± {m['se']:.2f}" if m["se"] is not None else " (spread unknown)"
-            lines.append(f"Margin: {m['difference']:.2f}{error} ppl ahead of {m['method']} at size {m['size']} "
+            error = f" ± {m['se']:.2f} ppl" if m["se"] is not None else " ppl (spread unknown)"
+            lines.append(f"Margin: {m['difference']:.2f}{error} ahead of {m['method']} at size {m['size']} "
                          f"({m['runner_up']}).")
         lines += ["", "Evidence (best admissible settings; ppl: mean ± standard error over n seeds):",
                   "| setting | method | size | ppl | top-1 | C_total |", "|---|---|---|---|---|---|"]
