@@ -55,9 +55,14 @@ print(json.dumps({"slm": slm.__file__, "step_s": round(steady(times, SKIP_STEPS 
 """
 
 
+def checkout_env(checkout: Path) -> dict:
+    """The environment of a process whose `slm` is ``checkout``'s (ahead of the installed one)."""
+    return {**os.environ, "PYTHONPATH": str(checkout / "platform"), "HF_HUB_OFFLINE": "1",
+            "RAY_USAGE_STATS_ENABLED": "0"}
+
+
 def one_run(checkout: Path, run_dir: Path, name: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(checkout / "platform"), "HF_HUB_OFFLINE": "1",
-           "RAY_USAGE_STATS_ENABLED": "0"}
+    env = checkout_env(checkout)
     proc = subprocess.run([sys.executable, "-c", RUN, str(run_dir), name, json.dumps(OVERRIDES),
                            str(REPO / "benchmarks")], env=env,
                           capture_output=True, text=True, check=True)
@@ -68,8 +73,7 @@ def one_run(checkout: Path, run_dir: Path, name: str) -> dict:
 
 
 def one_sweep(checkout: Path, root: Path, corpus_dir: Path, name: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(checkout / "platform"), "HF_HUB_OFFLINE": "1",
-           "RAY_USAGE_STATS_ENABLED": "0"}
+    env = checkout_env(checkout)
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "slm.cli", "sweep", "jobs/sweeps/quickstart.yaml",
                            f"run.root={root}", f"corpus.dir={corpus_dir}", f"sweep.name={name}"],
