@@ -13,7 +13,9 @@
   export (once per machine: ``slm.data.embedder``) is made up front into a fresh cache and timed apart
   (``export_seconds``), as the single process's import and model load are.
 - ``resample``: windows/s of our CRISP and DSIR resampling and of the reference DSIR package
-  (``data-selection``: fit, weights, resample) on the same generic windows and target domain.
+  (``data-selection``: fit, weights, resample); both DSIRs on the same inputs (every generic window of
+  the corpus, the domain's train split, candidates of ≥ 100 words). Ours windows the corpus inside the
+  timed run; the package is handed the windows' text already cut.
 - ``embed_corpus`` (``--only embed-corpus``): the embed stage over the whole bundled corpus, as ``slm data
   embed`` runs it (minutes, windows/s, start-up, the actors' own encode rate).
 - ``peak_memory_gib``: the largest sum of RSS over this driver and every process it started (the local
@@ -173,17 +175,33 @@ def bench_embed_corpus(corpus: Path, fraction: float, compile_mode: str, result:
     shutil.rmtree(out, ignore_errors=True)
 
 
-def bench_resample(run: Path, domain: str, tokens: int, result: dict) -> None:
+def corpus_window_texts(files: list[str], cfg) -> list[str]:
+    """The windows of these corpus shards, cut as the embed stage cuts them (in this process)."""
+    from slm.data import tokenizers
+    from slm.data.embed import window_rows
+
+    tokenizer = tokenizers.load(str(tokenizers.embedder_dir() / "tokenizer.json"))
+    return [text for f in files
+            for text in window_rows(pq.read_table(f, columns=["id", "text", "source", "domain"]), tokenizer,
+                                    cfg.max_tokens)["text"]]
+
+
+def bench_resample(corpus: Path, run: Path, domain: str, tokens: int, result: dict) -> None:
+    """CRISP (over the run's clustered windows), our DSIR and the package's, both DSIRs on the same
+    inputs: every generic window of the corpus and the domain's whole train split, candidates of ≥ 100
+    words (the package's default min_example_length, ours resample.dsir_min_words)."""
     import ray
     from data_selection import HashedNgramDSIR
 
+    from slm.config import EmbedConfig, ResampleConfig
+    from slm.corpus.layout import corpus_files, domain_dir
     from slm.data.histogram import domain_histograms
     from slm.data.resample import resample
 
     clusters = run / "clusters"
-    assignments = pq.read_table(clusters / "assignments", columns=["text", "domain"])
-    generic = [t for t, d in zip(*assignments.to_pydict().values(), strict=True) if d == "generic"]
-    target = [t for t, d in zip(*assignments.to_pydict().values(), strict=True) if d == domain]
+    embed, min_words = EmbedConfig(), ResampleConfig().dsir_min_words
+    generic = corpus_window_texts(corpus_files(corpus)["all"], embed)
+    target = corpus_window_texts(sorted(str(p) for p in domain_dir(corpus, domain, "train").glob("*.parquet")), embed)
     hist = domain_histograms(clusters, 0.5)
     tmp = Path(tempfile.mkdtemp(prefix="bench-resample-"))
     ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
@@ -191,14 +209,15 @@ def bench_resample(run: Path, domain: str, tokens: int, result: dict) -> None:
     for method in ("crisp", "dsir"):
         with PeakMemory() as mem:
             t = time.perf_counter()
-            resample(clusters, hist, domain, tokens, method, tmp / method)
+            resample(clusters, hist, domain, tokens, method, tmp / method, corpus_dir=corpus, embed=embed,
+                     dsir_min_words=min_words)
             rows[method] = {"seconds": time.perf_counter() - t, "peak_memory_gib": mem.peak_gib}
     for name, texts in (("raw", generic), ("target", target)):
         (tmp / f"{name}.jsonl").write_text("".join(json.dumps({"text": x}) + "\n" for x in texts))
     with PeakMemory() as mem:
         t = time.perf_counter()
         ref = HashedNgramDSIR([str(tmp / "raw.jsonl")], [str(tmp / "target.jsonl")], cache_dir=str(tmp / "ref"),
-                              num_proc=os.cpu_count(), min_example_length=0)
+                              num_proc=os.cpu_count(), min_example_length=min_words)
         ref.fit_importance_estimator(num_tokens_to_fit="all")
         ref.compute_importance_weights()
         mean_tokens = sum(len(x.split()) for x in generic) / max(len(generic), 1)
@@ -235,7 +254,7 @@ def main() -> None:
     if args.only in (None, "embed"):
         bench_embed(Path(args.corpus), args.windows, args.repeats, result)
     if args.only in (None, "resample"):
-        bench_resample(Path(args.run), args.domain, args.tokens, result)
+        bench_resample(Path(args.corpus), Path(args.run), args.domain, args.tokens, result)
     print(json.dumps(result, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

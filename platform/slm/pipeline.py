@@ -94,7 +94,8 @@ def stage_histogram(cfg: JobConfig, run_dir: Path) -> dict:
 
 
 def stage_resample(cfg: JobConfig, run_dir: Path) -> dict:
-    """Generic subsets aimed at ``resample.domain``, one per method, with their KL to the domain."""
+    """Generic subsets aimed at each of ``resample.domains`` (``resample.domain``), one per method, with
+    their KL to the domain."""
     import json
 
     from slm.data.resample import resample
@@ -103,10 +104,13 @@ def stage_resample(cfg: JobConfig, run_dir: Path) -> dict:
     init_ray(cfg.ray)
     histograms = json.loads(require(run_dir / cfg.histogram.output / "histograms.json", "histogram").read_text())
     out = {}
-    for method in cfg.resample.methods:
-        m = resample(run_dir / cfg.cluster.output, histograms, cfg.resample.domain, cfg.resample.tokens, method,
-                     run_dir / cfg.resample.output / cfg.resample.domain / method, cfg.resample.seed)
-        out[method] = {"tokens_drawn": m["tokens_drawn"], "kl_resampled_to_domain": m["kl_resampled_to_domain"]}
+    for domain in cfg.resample.all_domains:
+        for method in cfg.resample.methods:
+            m = resample(run_dir / cfg.cluster.output, histograms, domain, cfg.resample.tokens, method,
+                         run_dir / cfg.resample.output / domain / method, cfg.resample.seed,
+                         corpus_dir=cfg.corpus.dir, embed=cfg.embed, dsir_min_words=cfg.resample.dsir_min_words)
+            out[f"{domain}/{method}"] = {"tokens_drawn": m["tokens_drawn"],
+                                         "kl_resampled_to_domain": m["kl_resampled_to_domain"]}
     return out
 
 
@@ -130,12 +134,13 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
     jobs = []
     if "generic" in cfg.pack.sets:
         jobs.append(("generic", assignments, "generic"))
-    if "domain" in cfg.pack.sets:
-        jobs.append((f"domain/{cfg.resample.domain}", assignments, cfg.resample.domain))
-    if "resampled" in cfg.pack.sets:
-        for method in cfg.resample.methods:
-            data = require(run_dir / cfg.resample.output / cfg.resample.domain / method / "data", "resample")
-            jobs.append((f"resampled/{cfg.resample.domain}/{method}", data, None))
+    for domain in cfg.resample.all_domains:
+        if "domain" in cfg.pack.sets:
+            jobs.append((f"domain/{domain}", assignments, domain))
+        if "resampled" in cfg.pack.sets:
+            for method in cfg.resample.methods:
+                data = require(run_dir / cfg.resample.output / domain / method / "data", "resample")
+                jobs.append((f"resampled/{domain}/{method}", data, None))
     if "valid" in cfg.pack.sets:
         from slm.corpus.layout import domain_dir
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -15,6 +16,7 @@ from slm.config import ClusterConfig
 from slm.data.cluster import Assigner, cluster
 from slm.data.histogram import domain_histograms
 from slm.data.resample import resample
+from tests.conftest import embed_config_for_tests
 
 pytestmark = pytest.mark.ray
 
@@ -82,11 +84,12 @@ def test_a_domain_whose_clusters_are_absent_from_generic_fails(clusters, tmp_pat
 
 
 @pytest.fixture(scope="module")
-def resampled(clusters, tmp_path_factory):
+def resampled(clusters, mini_corpus_dir, tmp_path_factory):
     out, _ = clusters
     h = domain_histograms(out, alpha=0.5)
     root = tmp_path_factory.mktemp("resampled")
-    return {(d, m): resample(out, h, d, 30000, m, root / d / m)
+    return {(d, m): resample(out, h, d, 30000, m, root / d / m, corpus_dir=mini_corpus_dir,
+                             embed=embed_config_for_tests())
             for d in ("legal", "medical") for m in ("crisp", "uniform", "dsir")}, root
 
 
@@ -101,7 +104,9 @@ def test_crisp_matches_the_domain_histogram_far_better_than_uniform(resampled):
 
 def test_dsir_on_ray_data_weighs_and_selects_as_one_process_would(resampled, clusters):
     """The distributed path (buckets hashed once into list<uint16>, fitted, scored, sorted, filtered) gives
-    every selected window the weight one process computes from the same texts, and selects by key."""
+    every selected window the weight one process computes from the same texts, and selects by key among
+    the windows of ≥ 100 words. (The mini corpus is embedded whole, so the corpus's windows, which DSIR
+    reads, are the assignments' windows.)"""
     from slm.data import dsir
 
     out, _ = clusters
@@ -118,8 +123,32 @@ def test_dsir_on_ray_data_weighs_and_selects_as_one_process_would(resampled, clu
     for r in chosen:
         assert r["log_weight"] == pytest.approx(weights[r["id"]], rel=1e-9, abs=1e-6), r["id"]
     threshold = results[("legal", "dsir")]["key_threshold"]
-    keys = {i: w - np.log(-np.log(dsir.hash_uniform(f"dsir:0:{i}"))) for i, w in weights.items()}
+    long_enough = {r["id"] for r in generic if len(dsir.WORD_PUNCT.findall(r["text"])) >= 100}
+    assert 0 < len(long_enough) < len(generic)  # the filter has windows to keep and to drop
+    keys = {i: w - np.log(-np.log(dsir.hash_uniform(f"dsir:0:{i}"))) for i, w in weights.items() if i in long_enough}
     assert {r["id"] for r in chosen} == {i for i, k in keys.items() if k >= threshold}
+    assert results[("legal", "dsir")]["windows_drawn_unplaced"] == 0
+
+
+def test_dsir_selects_from_windows_the_embedding_sample_left_out(clusters, mini_corpus_dir, tmp_path):
+    """DSIR needs no embedding: with the cluster stage's assignments cut to half of the generic windows
+    (as an embed.fraction of 0.5 would leave them), it still selects from every generic window of the
+    corpus; the windows it picks outside the assignments have no leaf and are counted apart."""
+    out, _ = clusters
+    table = pq.read_table(out / "assignments")
+    generic = pc.equal(table.column("domain"), "generic").to_numpy(zero_copy_only=False)
+    keep = ~generic | (np.arange(table.num_rows) % 2 == 0)
+    half = tmp_path / "clusters"
+    (half / "assignments").mkdir(parents=True)
+    pq.write_table(table.filter(pa.array(keep)), half / "assignments" / "part-0.parquet")
+    (half / "clusters.json").write_text((out / "clusters.json").read_text())
+    m = resample(half, domain_histograms(out, 0.5), "legal", 30000, "dsir", tmp_path / "dsir",
+                 corpus_dir=mini_corpus_dir, embed=embed_config_for_tests())
+    chosen = pq.read_table(tmp_path / "dsir" / "data", columns=["id", "leaf"])
+    left_out = set(table.filter(pa.array(~keep)).column("id").to_pylist())
+    unplaced = [i for i, leaf in zip(*chosen.to_pydict().values(), strict=True) if leaf < 0]
+    assert unplaced and set(unplaced) <= left_out
+    assert m["windows_drawn_unplaced"] == len(unplaced) and m["windows_drawn"] == chosen.num_rows
 
 
 def test_resampling_is_deterministic(resampled, clusters, tmp_path):

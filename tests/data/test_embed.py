@@ -108,6 +108,25 @@ def test_rerun_skips_finished_shards_and_resumes_a_partial_one(embedded, mini_co
     assert embed_corpus(mini_corpus_dir, embed_config_for_tests(), out)["embedded_this_run"]["windows"] == 0
 
 
+def test_a_sample_of_generic_embeds_the_chosen_domains_whole(mini_corpus_dir):
+    """embed.fraction samples the generic shards only: a domain's histogram, packed set and
+    specialization data are every document it has; embed.domains chooses the domains."""
+    from slm.data.embed import selected_ids, shards_to_embed
+
+    files = corpus_files(mini_corpus_dir)
+    cfg = EmbedConfig(fraction=0.3, domains=["legal"])
+    chosen = shards_to_embed(mini_corpus_dir, cfg)
+    assert sorted(chosen) == sorted(files["all"] + [f for f in files["train"] if "/legal/" in f])
+    for path, fraction in chosen.items():
+        everything = set(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+        picked = selected_ids(path, fraction)
+        assert (picked == everything) == ("/legal/" in path)
+        assert picked <= everything
+    assert set(shards_to_embed(mini_corpus_dir, EmbedConfig(fraction=0.3))) == set(files["all"] + files["train"])
+    with pytest.raises(ValueError, match=r"'embed.domains': \['poetry'\] not in"):
+        shards_to_embed(mini_corpus_dir, EmbedConfig(domains=["legal", "poetry"]))
+
+
 def test_bad_split_names_fail_before_running():
     from slm.config import ConfigError, load_job
 

@@ -57,3 +57,30 @@ def test_lr_schedule_warmup_then_cosine():
     assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
     assert f(60) == pytest.approx(0.55) and f(110) == pytest.approx(0.1) and f(500) == pytest.approx(0.1)
     assert lr_lambda(OptimConfig(warmup_steps=10), horizon=None)(1000) == 1.0  # a wall-clock budget
+
+
+def test_training_arrays_do_not_depend_on_the_order_packing_wrote_its_groups(tmp_path):
+    """Packing writes one group of sequences per leaf, in the order Ray Data's shuffle finishes them; the
+    arrays the samplers index are in leaf order whatever that order was (issue 16)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from slm.train.data import PackedArrays, materialize
+
+    rng = np.random.default_rng(0)
+    groups = {leaf: rng.integers(0, 1000, size=(n, 5), dtype=np.uint16) for leaf, n in ((3, 4), (0, 6), (7, 2))}
+
+    def packed(order: list[int], name: str):
+        folder = tmp_path / name
+        (folder / "data").mkdir(parents=True)
+        for i, leaf in enumerate(order):  # one file per group, named in write order
+            g = groups[leaf]
+            pq.write_table(pa.table({"tokens": pa.FixedSizeListArray.from_arrays(pa.array(g.reshape(-1)), 5),
+                                     "coarse": pa.array([leaf // 2] * len(g), pa.int32()),
+                                     "leaf": pa.array([leaf] * len(g), pa.int32())}), folder / "data" / f"part-{i}.parquet")
+        return PackedArrays.open(materialize(folder))
+
+    a, b = packed([3, 0, 7], "a"), packed([7, 3, 0], "b")
+    assert np.array_equal(a.leaf, [0] * 6 + [3] * 4 + [7] * 2) and np.array_equal(a.leaf, b.leaf)
+    assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.coarse, b.coarse)
+    assert np.array_equal(a.tokens[:6], groups[0]) and np.array_equal(a.tokens[10:], groups[7])

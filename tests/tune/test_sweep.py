@@ -134,13 +134,38 @@ def test_a_table_that_mixes_two_sweeps_is_refused():
 
 
 @pytest.mark.ray
-def test_tiny_sweep_killed_and_restored_runs_only_missing_trials(train_run, tmp_path):
+def test_the_study_design_meets_the_issue(slm_cli):
+    """jobs/sweeps/study.yaml as shipped: the whole corpus, ≥ 3 domains and seeds, pretraining budgets
+    spanning a decade with one ≤ 0.6× the largest (C3), ≥ 2 data sizes and specialization budgets; its
+    dry run prints the plan and its cost."""
+    cfg = load_job(REPO / "jobs" / "sweeps" / "study.yaml", [])
+    sw = cfg.sweep
+    assert cfg.embed.fraction == 1.0 and cfg.stages[0] == "embed" and cfg.stages[-2:] == ["sweep", "report"]
+    assert len(sw.domains) >= 3 and len(sw.seeds) >= 3 and max(sw.pretrain_steps) >= 10 * min(sw.pretrain_steps)
+    assert any(p <= 0.6 * max(sw.pretrain_steps) for p in sw.pretrain_steps)
+    assert len(sw.domain_tokens) >= 2 and len(sw.specialize_steps) >= 2
+    assert set(cfg.resample.all_domains) == set(sw.domains) == set(cfg.embed.domains)
+    p = plan(cfg, check_data=False)
+    per_domain = sum(m in ("importance", "dsir") for m in sw.methods)
+    shared = len(sw.methods) - per_domain
+    assert len(p["runs"]) == (shared + per_domain * len(sw.domains)) * len(sw.seeds)
+    assert len(p["trials"]) == len(sw.seeds) * len(sw.pretrain_steps) * len(sw.domains) * len(sw.domain_tokens) \
+        * len(sw.specialize_steps) * (shared + per_domain)
+    out = slm_cli("sweep", "jobs/sweeps/study.yaml", "--dry-run").stdout
+    assert f"{len(p['trials'])} specialization trials" in out and "estimated cost" in out
+
+
+def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_path):
+    """The study's spec at CI size (two seeds, one domain, two methods, the tiny model) on the data
+    tests' run: killed with SIGKILL mid-sweep, rerun, it restores and runs only what had not finished;
+    its report has the claims check."""
     overrides = train_overrides(
-        train_run, "sweep.name=tiny", "sweep.methods=[generic, soup]", "sweep.sizes=[tiny]",
-        "sweep.pretrain_steps=[10, 20]", "sweep.domain_tokens=[3200]", "sweep.specialize_steps=[5]",
-        "pretrain.train.num_workers=0", "specialize.train.num_workers=1", "specialize.train.checkpoint_every=0",
-        "ray.include_dashboard=false", "ray.num_cpus=2")
-    command = [sys.executable, "-m", "slm.cli", "sweep", "jobs/sweeps/quickstart.yaml", *overrides]
+        train_run, "sweep.name=tiny", "sweep.methods=[generic, soup]", "sweep.sizes=[tiny]", "sweep.domains=[legal]",
+        "resample.domains=[]", "sweep.pretrain_steps=[10, 20]", "sweep.domain_tokens=[3200]",
+        "sweep.specialize_steps=[5]", "sweep.seeds=[0, 1]", "pretrain.train.num_workers=0",
+        "pretrain.train.torch_threads=1", "pretrain.train.checkpoint_every=10", "specialize.train.num_workers=1",
+        "specialize.train.checkpoint_every=0", "ray.include_dashboard=false", "ray.num_cpus=2")
+    command = [sys.executable, "-m", "slm.cli", "sweep", "jobs/sweeps/study.yaml", *overrides]
     out = train_run.run.dir / "sweeps" / "tiny"
     log = tmp_path / "first.log"
     with log.open("w") as f:
@@ -166,13 +191,17 @@ def test_tiny_sweep_killed_and_restored_runs_only_missing_trials(train_run, tmp_
     assert not set(finished_before_kill) & set(started_second), (finished_before_kill, started_second)
     table = pq.read_table(out / "results.parquet").to_pylist()
     assert sorted(r["trial"] for r in table) == sorted(
-        f"{m}-tiny-p{p}-t3200-s5" for m in ("generic", "soup") for p in (10, 20))
+        f"{m}-tiny-p{p}-t3200-s5-seed{seed}" for m in ("generic", "soup") for p in (10, 20) for seed in (0, 1))
     for r in table:
         assert r["perplexity"] > 1 and 0 <= r["accuracy"] <= 1
         assert r["pretrain_flops"] > 0 and r["specialize_flops"] > 0 and r["generic_flops"] == r["pretrain_flops"]
     by = {r["trial"]: r for r in table}
-    assert by["generic-tiny-p20-t3200-s5"]["pretrain_flops"] == 2 * by["generic-tiny-p10-t3200-s5"]["pretrain_flops"]
+    assert by["generic-tiny-p20-t3200-s5-seed1"]["pretrain_flops"] == 2 * by["generic-tiny-p10-t3200-s5-seed1"]["pretrain_flops"]
+    assert by["soup-tiny-p20-t3200-s5-seed0"]["perplexity"] != by["soup-tiny-p20-t3200-s5-seed1"]["perplexity"]
     assert (out / "results.csv").exists()
     assert {p.name for p in (out / "report").glob("*.png")} == {
         "pretrain_cost.png", "specialize_cost.png", "inference_size.png", "domain_tokens.png"}
     assert "Pareto-optimal" in (out / "report" / "summary.md").read_text()
+    claims = (out / "report" / "claims.md").read_text()
+    assert all(f"| C{i} |" in claims for i in range(1, 7))
+    assert "the table has no importance rows" in claims  # C1 needs SLM-is, left out at CI size

@@ -26,6 +26,7 @@ from slm.artifacts import atomic_path, atomic_write_json, is_complete, read_mani
 from slm.config import ClusterConfig, config_hash
 from slm.corpus.documents import hash_uniform
 from slm.data.embed import EMBEDDING_DIM, embedding_files
+from slm.data.execution import reproducible_execution
 
 ASSIGNMENT_COLUMNS = ["id", "doc_id", "source", "domain", "text", "n_tokens"]
 
@@ -121,6 +122,7 @@ def _nearest(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     return d.argmin(1).astype(np.int32)
 
 
+@reproducible_execution()
 def cluster(embed_dir: str | Path, cfg: ClusterConfig, out: str | Path) -> dict:
     """Fit, assign every window and describe the clusters; skipped when complete and current."""
     import ray.data

@@ -110,17 +110,24 @@ def fit_distribution(features, num_buckets: int = 10000) -> np.ndarray:
     return total / total.sum()
 
 
-def _score(batch: pa.Table, log_diff: np.ndarray, seed: int) -> pa.Table:
-    logw = weights_of(*_features(batch), log_diff)
+def _score(batch: pa.Table, log_diff: np.ndarray, seed: int, min_words: int) -> pa.Table:
+    flat, lengths = _features(batch)
+    logw = weights_of(flat, lengths, log_diff)
     # Gumbel noise seeded per row by its id: the same key on every machine and every rerun.
     u = np.array([hash_uniform(f"dsir:{seed}:{i}") for i in batch.column("id").to_pylist()])
     keys = logw - np.log(-np.log(u))
+    # A document of L words has L unigrams and L − 1 bigrams: L = (ids + 1) // 2, the package's length.
+    short = (lengths + 1) // 2 < min_words
+    keys[short] = -np.inf  # never a candidate, as the package's perexample_metadata_filter
     return (batch.drop_columns(["buckets"]).append_column("log_weight", pa.array(logw))
             .append_column("key", pa.array(keys)))
 
 
-def select(generic, target, tokens: int, seed: int = 0, num_buckets: int = 10000):
-    """Return (the selected rows as a Dataset, log_diff, the key threshold)."""
+def select(generic, target, tokens: int, seed: int = 0, num_buckets: int = 10000, min_words: int = 100):
+    """Return (the selected rows as a Dataset, log_diff, the key threshold). Every generic window counts
+    in p_R; only windows of at least ``min_words`` word-punct tokens are candidates: the package's
+    ``min_example_length`` (default 100). With 0, short windows — one-line fortunes, a document's last
+    few words — are picked for a few strongly weighted n-grams."""
     from ray.data.expressions import col
 
     p_target = fit_distribution(featurize(target, num_buckets), num_buckets)
@@ -128,16 +135,18 @@ def select(generic, target, tokens: int, seed: int = 0, num_buckets: int = 10000
     features = featurize(generic, num_buckets).materialize()
     p_raw = fit_distribution(features, num_buckets)
     log_diff = np.log(p_target + EPS) - np.log(p_raw + EPS)
-    scored = features.map_batches(_score, fn_kwargs={"log_diff": log_diff, "seed": seed}, batch_format="pyarrow")
-    got, threshold = 0, float("inf")
+    scored = features.map_batches(_score, fn_kwargs={"log_diff": log_diff, "seed": seed, "min_words": min_words},
+                                  batch_format="pyarrow")
+    got, threshold, candidates_left = 0, float("inf"), True
     for batch in scored.select_columns(["key", "n_tokens"]).sort("key", descending=True).iter_batches(
             batch_format="numpy", batch_size=4096):
         for key, n in zip(batch["key"], batch["n_tokens"], strict=True):
-            if got >= tokens:
+            candidates_left = key > -np.inf
+            if got >= tokens or not candidates_left:
                 break
             got += int(n)
             threshold = float(key)
-        if got >= tokens:
+        if got >= tokens or not candidates_left:
             break
     chosen = scored.filter(expr=col("key") >= threshold)
     return chosen, log_diff, threshold

@@ -38,6 +38,7 @@ from slm.artifacts import atomic_path, read_manifest, write_manifest
 from slm.config import EmbedConfig, config_hash
 from slm.corpus.layout import corpus_files
 from slm.data import tokenizers
+from slm.data.execution import reproducible_execution
 from slm.runtime import native_bf16
 
 EMBEDDING_DIM = 384
@@ -81,6 +82,42 @@ def split_windows(text: str, encoding, max_tokens: int) -> list[tuple[str, int]]
     return [(w, k) for w, k in windows if w]
 
 
+WINDOW_COLUMNS = ("id", "doc_id", "window", "n_windows", "source", "domain", "text", "n_tokens")
+
+
+def window_rows(documents: pa.Table, tokenizer, max_tokens: int) -> dict[str, list]:
+    """The windows of a batch of corpus documents (``id``, ``text``, ``source``, ``domain``) as columns;
+    a window's id is its document's id and its index: the same window has the same id in every stage."""
+    texts = documents.column("text").to_pylist()
+    encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
+    rows = {k: [] for k in WINDOW_COLUMNS}
+    columns = (documents.column(k).to_pylist() for k in ("id", "source", "domain"))
+    content = max_tokens - 2  # [CLS] and [SEP]
+    for doc_id, source, domain, text, enc in zip(*columns, texts, encodings, strict=True):
+        windows = split_windows(text, enc, content)
+        for w, (window_text, n_tokens) in enumerate(windows):
+            for key, value in zip(WINDOW_COLUMNS, (f"{doc_id}-{w}", doc_id, w, len(windows), source, domain,
+                                                   window_text, n_tokens), strict=True):
+                rows[key].append(value)
+    return rows
+
+
+def _windows_batch(documents: pa.Table, tokenizer_json: str, max_tokens: int) -> pa.Table:
+    return pa.table(window_rows(documents, tokenizers.load(tokenizer_json), max_tokens),
+                    schema=window_schema().remove(len(WINDOW_COLUMNS)))
+
+
+def corpus_windows(files: list[str], cfg: EmbedConfig):
+    """The windows of these corpus shards as the embed stage cuts them, without embedding them: a Ray
+    Dataset of ``WINDOW_COLUMNS`` (for a stage that reads text only, such as DSIR)."""
+    import ray.data
+
+    tokenizer_json = str(Path(cfg.model_path or tokenizers.embedder_dir()) / "tokenizer.json")
+    return (ray.data.read_parquet(files).select_columns(["id", "text", "source", "domain"])
+            .map_batches(_windows_batch, fn_kwargs={"tokenizer_json": tokenizer_json,
+                                                    "max_tokens": cfg.max_tokens}, batch_format="pyarrow"))
+
+
 class WindowEmbedder:
     """A Ray Data actor: window, embed and write one batch of whole documents."""
 
@@ -112,23 +149,8 @@ class WindowEmbedder:
         return pa.concat_tables(summaries)
 
     def _embed_and_write(self, batch: pa.Table, shard: str) -> pa.Table:
-        texts = batch.column("text").to_pylist()
         doc_ids = batch.column("id").to_pylist()
-        encodings = self.tokenizer.encode_batch(texts, add_special_tokens=False)
-        rows = {k: [] for k in ("id", "doc_id", "window", "n_windows", "source", "domain", "text", "n_tokens")}
-        sources, domains = batch.column("source").to_pylist(), batch.column("domain").to_pylist()
-        content = self.cfg["max_tokens"] - 2  # [CLS] and [SEP]
-        for doc_id, text, enc, source, domain in zip(doc_ids, texts, encodings, sources, domains, strict=True):
-            windows = split_windows(text, enc, content)
-            for w, (window_text, n_tokens) in enumerate(windows):
-                rows["id"].append(f"{doc_id}-{w}")
-                rows["doc_id"].append(doc_id)
-                rows["window"].append(w)
-                rows["n_windows"].append(len(windows))
-                rows["source"].append(source)
-                rows["domain"].append(domain)
-                rows["text"].append(window_text)
-                rows["n_tokens"].append(n_tokens)
+        rows = window_rows(batch, self.tokenizer, self.cfg["max_tokens"])
         encode_started = time.perf_counter()
         vectors = normalize(self.embedder.encode(rows["text"], self.cfg["encode_batch"]))
         table = pa.table({**rows, "embedding": pa.FixedSizeListArray.from_arrays(vectors.reshape(-1), EMBEDDING_DIM)},
@@ -175,6 +197,7 @@ def written_doc_ids(folder: Path) -> set[str]:
     return set(pq.read_table(files, columns=["doc_id"]).column("doc_id").to_pylist()) if files else set()
 
 
+@reproducible_execution()  # the same documents in each actor batch on every run: the same padding
 def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | None = None) -> dict:
     """Embed the corpus's generic shards and domain train shards; return the stage manifest."""
     import ray.data
@@ -184,12 +207,12 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
     out = Path(output or default_output(corpus_dir, cfg)).expanduser()
     cfg = replace(cfg, dtype=resolve_dtype(cfg.dtype, cfg.device))
     # Only what changes the vectors keys the output (not the splits, nor how the work is scheduled).
-    key = config_hash({"model_path": cfg.model_path, "max_tokens": cfg.max_tokens, "fraction": cfg.fraction,
-                       "dtype": cfg.dtype})
-    files = corpus_files(corpus_dir)
-    shards = [p for split in cfg.splits for p in files.get(split, [])]
-    if not shards:
-        raise ValueError(f"embed.splits={cfg.splits}: no shards in {corpus_dir} (have {sorted(files)})")
+    # (Keyed "generic_fraction" since the domains are embedded whole: outputs made when `fraction` also
+    # sampled the domains are refused, not resumed.)
+    key = config_hash({"model_path": cfg.model_path, "max_tokens": cfg.max_tokens,
+                       "generic_fraction": cfg.fraction, "dtype": cfg.dtype})
+    fraction_of = shards_to_embed(corpus_dir, cfg)
+    shards = list(fraction_of)
 
     started, wall_started = time.perf_counter(), time.time()
     existing = read_manifest(out)
@@ -197,7 +220,7 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
         raise ValueError(f"{out} holds embeddings of another embed config ({existing.get('config_hash')} ≠ {key}); "
                          "choose another embed.output or delete it")
     shard_of = {path: shard_key(corpus_dir, path) for path in shards}
-    wanted = {shard_of[path]: selected_ids(path, cfg.fraction) for path in shards}
+    wanted = {shard_of[path]: selected_ids(path, fraction_of[path]) for path in shards}
     todo = {shard_of[path]: path for path in shards if not (out / f"{shard_of[path]}.parquet").exists()}
     print(f"[embed] {len(shards) - len(todo)} of {len(shards)} shards already complete; "
           f"{len(todo)} to do", flush=True)
@@ -300,6 +323,26 @@ def actor_count(cfg: EmbedConfig) -> int:
         return cfg.actors
     resources = ray.cluster_resources()
     return max(1, int(resources.get("GPU" if cfg.device.startswith("cuda") else "CPU", 1)))
+
+
+def shards_to_embed(corpus_dir: Path, cfg: EmbedConfig) -> dict[str, float]:
+    """The shards of ``embed.splits`` (of ``embed.domains``' splits), each with the share of its documents
+    to embed: ``embed.fraction`` of a generic shard, all of a domain's."""
+    from slm.corpus.layout import domain_dir, domains
+
+    files = corpus_files(corpus_dir)
+    have = domains(corpus_dir)
+    unknown = sorted(set(cfg.domains) - set(have))
+    if unknown:
+        raise ValueError(f"config key 'embed.domains': {unknown} not in {corpus_dir} (it has {have})")
+    fraction_of = {path: cfg.fraction for path in files.get("all", []) if "all" in cfg.splits}
+    for split in (s for s in cfg.splits if s != "all"):
+        for d in cfg.domains or have:
+            fraction_of |= {str(p): 1.0 for p in sorted(domain_dir(corpus_dir, d, split).glob("*.parquet"))}
+    if not fraction_of:
+        raise ValueError(f"embed.splits={cfg.splits}, embed.domains={cfg.domains}: no shards in {corpus_dir} "
+                         f"(have {sorted(files)})")
+    return fraction_of
 
 
 def selected_ids(path: str, fraction: float) -> set[str]:

@@ -13,7 +13,6 @@ shard with ``ray.train.get_dataset_shard("train").iter_batches(...)``.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pyarrow as pa
 
 from slm.artifacts import atomic_path, write_manifest
 from slm.data import tokenizers
+from slm.data.execution import reproducible_execution
 
 
 def _pack_group(batch: pa.Table, tokenizer: str, seq_len: int) -> pa.Table:
@@ -58,34 +58,15 @@ def _without_clusters(batch: pa.Table) -> pa.Table:
     return batch.append_column("coarse", missing).append_column("leaf", missing)
 
 
+@reproducible_execution()
 def pack(windows_path: str | Path | list[str], tokenizer_json: str | Path, seq_len: int, out: Path,
          domain: str | None = None) -> dict:
     """Pack the windows under ``windows_path`` (assignments or a resampled set; or raw corpus files,
     whose sequences get cluster ids −1) into ``out``; ``domain`` keeps only that domain's windows."""
-    started = time.perf_counter()
-    with sort_shuffle():
-        return _pack(windows_path, tokenizer_json, seq_len, out, domain, started)
-
-
-@contextlib.contextmanager
-def sort_shuffle():
-    """Ray 2.60's default shuffle (SHUFFLE_V2) failed on the full corpus's resampled sets: a reducer joined
-    a block with no columns to real ones ("Schema at index 1 was different"). The sort-based one does not.
-    Set before the datasets are made: each captures the context when it is created."""
-    from ray.data.context import DataContext, ShuffleStrategy
-
-    context = DataContext.get_current()
-    default, context.shuffle_strategy = context.shuffle_strategy, ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
-    try:
-        yield
-    finally:
-        context.shuffle_strategy = default
-
-
-def _pack(windows_path, tokenizer_json, seq_len: int, out: Path, domain: str | None, started: float) -> dict:
     import ray.data
     from ray.data.expressions import col
 
+    started = time.perf_counter()
     ds = ray.data.read_parquet(windows_path if isinstance(windows_path, list) else str(windows_path))
     if "coarse" not in ds.schema().names:
         # Raw corpus documents (a valid split): no cluster ids, so one group per domain.

@@ -21,10 +21,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from slm.artifacts import atomic_path, write_manifest
+from slm.config import EmbedConfig
 from slm.corpus.documents import hash_seed
 from slm.data import dsir
+from slm.data.execution import reproducible_execution
 from slm.data.histogram import GENERIC, counts_by_leaf, kl, smoothed
 
 METHODS = ("crisp", "uniform", "dsir")
@@ -43,8 +46,13 @@ def _poisson_copies(batch: pa.Table, lam: np.ndarray, seed: int) -> pa.Table:
     return out.append_column("copy", pa.array(copy.astype(np.int32)))
 
 
+@reproducible_execution()
 def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int, method: str, out: Path,
-             seed: int = 0) -> dict:
+             seed: int = 0, *, corpus_dir: str | Path | None = None, embed: EmbedConfig | None = None,
+             dsir_min_words: int = 100) -> dict:
+    """One method's generic subset for ``domain``. DSIR reads text, not embeddings: it selects from every
+    generic window of the corpus at ``corpus_dir``, cut as ``embed`` cuts them, keeping only windows of
+    at least ``dsir_min_words`` word-punct tokens as candidates (the package's ``min_example_length``)."""
     import ray.data
     from ray.data.expressions import col
 
@@ -84,11 +92,24 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
         info["mean_copies_per_window"] = {"max": float(lam.max()), "mean_over_used_leaves": float(lam[lam > 0].mean())}
         chosen = generic.map_batches(_poisson_copies, fn_kwargs={"lam": lam, "seed": seed}, batch_format="pyarrow")
     else:
-        target = windows_of(domain)
-        chosen, log_diff, threshold = dsir.select(generic, target, tokens, seed)
+        if corpus_dir is None or embed is None:
+            raise ValueError("resample dsir: pass corpus_dir and embed (it selects from the corpus's text)")
+        from slm.corpus.layout import corpus_files, domain_dir
+        from slm.data.embed import corpus_windows
+
+        target_files = sorted(str(p) for p in domain_dir(corpus_dir, domain, "train").glob("*.parquet"))
+        if not target_files:
+            raise ValueError(f"resample dsir: {domain_dir(corpus_dir, domain, 'train')} holds no Parquet shards")
+        placed = pq.read_table(Path(cluster_dir) / "assignments", columns=["id", "coarse", "leaf"],
+                               filters=[("domain", "=", GENERIC)]).sort_by("id")
+        everything = (corpus_windows(corpus_files(corpus_dir)["all"], embed)
+                      .repartition(target_num_rows_per_block=ROWS_PER_BLOCK)
+                      .map_batches(_with_clusters, fn_kwargs={"placed": placed}, batch_format="pyarrow"))
+        target = corpus_windows(target_files, embed).repartition(target_num_rows_per_block=ROWS_PER_BLOCK)
+        chosen, log_diff, threshold = dsir.select(everything, target, tokens, seed, min_words=dsir_min_words)
         chosen = chosen.map_batches(lambda b: b.append_column("copy", pa.array(np.zeros(b.num_rows, np.int32))),
                                     batch_format="pyarrow").drop_columns(["key"])
-        info["key_threshold"] = threshold
+        info |= {"key_threshold": threshold, "min_words": dsir_min_words, "generic_windows_placed": placed.num_rows}
     with atomic_path(out / "data") as tmp:
         chosen.write_parquet(str(tmp))
     # The drawn leaf histogram: one small count vector per block, summed here (no shuffle: a groupby
@@ -97,13 +118,19 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
     parts = drawn.map_batches(_leaf_counts, fn_kwargs={"leaves": leaves}, batch_format="pyarrow").take_all()
     drawn_windows = np.sum([np.asarray(p["windows"]) for p in parts], axis=0) if parts else np.zeros(leaves)
     drawn_tokens = int(sum(p["tokens"] for p in parts))
+    unplaced = int(sum(p["unplaced"] for p in parts))  # DSIR's picks among windows the sample did not embed
     if drawn_windows.sum() == 0:
+        if unplaced:
+            raise ValueError(f"resample {method} for {domain!r}: none of the {unplaced} windows drawn was embedded, "
+                             "so no leaf histogram can be measured: embed a larger embed.fraction")
         raise ValueError(f"resample {method} for {domain!r} drew nothing (tokens={tokens})")
     p_drawn = drawn_windows / drawn_windows.sum()
     support = n_c > 0
     manifest = write_manifest(out, {
         "stage": "resample", "domain": domain, "method": method, "seed": seed,
-        "tokens_target": tokens, "tokens_drawn": drawn_tokens, "windows_drawn": int(drawn_windows.sum()),
+        "tokens_target": tokens, "tokens_drawn": drawn_tokens, "windows_drawn": int(drawn_windows.sum()) + unplaced,
+        # The histograms below count the drawn windows that have a leaf (all but DSIR's unembedded picks).
+        "windows_drawn_unplaced": unplaced,
         "weights": {"w_c": weights.tolist(), "p_domain": p_domain.tolist(), "p_generic": p_generic.tolist()},
         "kl_resampled_to_domain": kl(p_drawn, p_domain),
         "kl_domain_to_resampled_smoothed": kl(p_domain, smoothed(drawn_windows, support, histograms["alpha"])),
@@ -115,6 +142,20 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
 
 
 def _leaf_counts(batch: pa.Table, leaves: int) -> pa.Table:
-    counts = np.bincount(batch.column("leaf").to_numpy(), minlength=leaves)
+    leaf = batch.column("leaf").to_numpy()
+    counts = np.bincount(leaf[leaf >= 0], minlength=leaves)
     return pa.table({"windows": pa.FixedSizeListArray.from_arrays(counts, leaves),
-                     "tokens": [int(pc.sum(batch.column("n_tokens")).as_py() or 0)]})
+                     "tokens": [int(pc.sum(batch.column("n_tokens")).as_py() or 0)],
+                     "unplaced": [int((leaf < 0).sum())]})
+
+
+def _with_clusters(batch: pa.Table, placed: pa.Table) -> pa.Table:
+    """Each window's coarse cluster and leaf where the cluster stage placed it (it was embedded), else −1."""
+    ids = placed.column("id").to_numpy(zero_copy_only=False)  # sorted
+    mine = batch.column("id").to_numpy(zero_copy_only=False)
+    at = np.searchsorted(ids, mine).clip(0, len(ids) - 1)
+    found = ids[at] == mine
+    for name in ("coarse", "leaf"):
+        values = np.where(found, placed.column(name).to_numpy()[at], -1).astype(np.int32)
+        batch = batch.append_column(name, pa.array(values))
+    return batch

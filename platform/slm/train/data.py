@@ -1,7 +1,8 @@
 """What a training worker reads: packed sequences as memory maps, and the samplers that pick its rows.
 
 ``materialize`` streams a packed Parquet folder (``slm data pack``) into three ``.npy`` files —
-tokens (N × (seq_len+1), uint16), coarse and leaf ids — once, on the driver, atomically; every worker
+tokens (N × (seq_len+1), uint16), coarse and leaf ids, rows in leaf order — once, on the driver,
+atomically; every worker
 then memory-maps them, so a node holds one page-cache copy whatever its worker count, and a row is a
 slice, not a decode. (Ray Data's ``iter_torch_batches`` streams too, but the cluster-aware samplers
 need random access by cluster, and exact resume needs the row order to be a function of the step.)
@@ -49,15 +50,23 @@ def materialize(packed_dir: str | Path) -> Path:
         tokens = np.lib.format.open_memmap(t_tmp, mode="w+", dtype=dtype, shape=(rows, width))
         coarse = np.lib.format.open_memmap(c_tmp, mode="w+", dtype=np.int32, shape=(rows,))
         leaf = np.lib.format.open_memmap(l_tmp, mode="w+", dtype=np.int32, shape=(rows,))
-        at = 0
+        # Rows in leaf order, each leaf's rows in the order packing made them: `pack` writes one group per
+        # (domain, leaf), and a packed set holds one domain, but it writes them in the order Ray Data's
+        # shuffle finishes them, which differed between two runs (issue 16). The samplers draw row indices,
+        # so the arrays' order must be a function of the data alone.
+        leaves = np.concatenate([pq.read_table(f, columns=["leaf"]).column("leaf").to_numpy() for f in files])
+        ids, counts = np.unique(leaves, return_counts=True)
+        next_row = dict(zip(ids.tolist(), np.concatenate([[0], np.cumsum(counts)[:-1]]).tolist(), strict=True))
         for f in files:
             for batch in pq.ParquetFile(f).iter_batches(columns=["tokens", "coarse", "leaf"], batch_size=4096):
                 n = batch.num_rows
-                flat = batch.column("tokens").flatten().to_numpy(zero_copy_only=False)
-                tokens[at:at + n] = flat.reshape(n, width)
-                coarse[at:at + n] = batch.column("coarse").to_numpy()
-                leaf[at:at + n] = batch.column("leaf").to_numpy()
-                at += n
+                flat = batch.column("tokens").flatten().to_numpy(zero_copy_only=False).reshape(n, width)
+                batch_coarse, batch_leaf = batch.column("coarse").to_numpy(), batch.column("leaf").to_numpy()
+                for value in np.unique(batch_leaf):
+                    mine = batch_leaf == value
+                    at, k = next_row[int(value)], int(mine.sum())
+                    tokens[at:at + k], coarse[at:at + k], leaf[at:at + k] = flat[mine], batch_coarse[mine], value
+                    next_row[int(value)] = at + k
         for a in (tokens, coarse, leaf):
             a.flush()
         del tokens, coarse, leaf

@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from slm.artifacts import atomic_path, atomic_write_text
+from slm.tune.claims import write_claims
 from slm.tune.table import aggregate, difference, finite, ppl, read_table, separable
 
 METHOD_COLORS = {"generic": "tab:gray", "importance": "tab:green", "dsir": "tab:olive", "mixture": "tab:blue",
@@ -133,7 +134,9 @@ def report(sweep: str | Path, out: str | Path | None = None) -> dict:
              for t in sorted({r["domain_tokens"] for r in rows})], total_flops, "total FLOPs for one domain")
     summary = markdown(rows, trials=sum(finite(t["perplexity"]) for t in trials))
     atomic_write_text(out / "summary.md", summary)
-    return {"report": str(out), "plots": sorted(p.name for p in out.glob("*.png")), "rows": len(rows)}
+    claims = write_claims(rows, out)
+    return {"report": str(out), "plots": sorted(p.name for p in out.glob("*.png")), "rows": len(rows),
+            "claims": {c.id: c.verdict for c in claims}}
 
 
 def markdown(rows: list[dict], trials: int) -> str:

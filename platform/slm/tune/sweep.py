@@ -53,7 +53,7 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
     from slm.train.trainer import gpt_config
 
     sw, run_dir = cfg.sweep, cfg.run.dir
-    domains = sw.domains or [cfg.resample.domain]
+    domains = sw.domains or cfg.resample.all_domains
     for d in domains if check_data else []:
         if not (run_dir / cfg.pack.output / "domain" / d / "data").exists():
             raise SweepSpecError(f"config key 'sweep.domains': {d!r} has no packed train data under "

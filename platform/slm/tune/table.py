@@ -67,7 +67,8 @@ def read_table(sweep: str | Path) -> list[dict]:
 
 def aggregate(rows: list[dict]) -> list[dict]:
     """One row per setting: the mean of every measured column over its finished seeds, the standard error
-    of the perplexity and accuracy means (``None`` at one seed), ``seeds`` and ``n``. ``trial`` names the
+    of the perplexity, accuracy and before-specialization perplexity means (``None`` at one seed),
+    ``seeds`` and ``n``. ``trial`` names the
     setting, so that code written for per-trial rows reads these unchanged."""
     groups: dict[str, list[dict]] = {}
     for r in rows:
@@ -82,7 +83,7 @@ def aggregate(rows: list[dict]) -> list[dict]:
                                  f"({sorted({str(r[key]) for r in group})}): the table mixes two sweeps")
         row = {key: first[key] for key in SETTING}
         row.update({key: statistics.fmean(r[key] for r in group) for key in MEANS})
-        for key in ("perplexity", "accuracy"):
+        for key in ("perplexity", "accuracy", "perplexity_before"):
             row[f"{key}_se"] = standard_error([r[key] for r in group])
         row.update(trial=setting, setting=setting, seeds=sorted(r["seed"] for r in group if r["seed"] is not None),
                    n=len(group))
