@@ -74,7 +74,9 @@ def main() -> None:
         "tokens": generic["tokens"], "vocab": args.vocab, "seq_len": args.seq_len, "batch": args.batch,
         "lr": args.lr, "runs": "one per budget, warm-up then cosine decay over it", "seed": 0,
         "valid_loss": "mean over the domains' valid splits of log perplexity", "saturated_below": SATURATED},
-        "data_seconds": round(data_seconds, 1), "sizes": {}}
+        # This invocation's data preparation (0 when an earlier one made it) and the packing of the
+        # generic text as recorded when it was made.
+        "data_seconds_this_run": round(data_seconds, 1), "generic_pack_seconds": generic["seconds"], "sizes": {}}
     for size in args.sizes:
         curve = []
         for steps in sorted(args.steps):
@@ -90,10 +92,11 @@ def main() -> None:
                     "pretrain.train.eval_tokens=65536"])
                 STAGES["pretrain"](job, run_dir)
             summary = json.loads(summary_path.read_text())
-            losses = [math.log(v["perplexity"]) for v in summary["eval"].values()]
+            domains = {d: v for d, v in summary["eval"].items() if d != "macro"}  # the trainer's own mean
+            losses = [math.log(v["perplexity"]) for v in domains.values()]
             curve.append({"steps": steps, "tokens": steps * args.batch * args.seq_len,
                           "valid_loss": round(sum(losses) / len(losses), 5),
-                          "per_domain_ppl": {d: round(v["perplexity"], 2) for d, v in summary["eval"].items()},
+                          "per_domain_ppl": {d: round(v["perplexity"], 2) for d, v in domains.items()},
                           "tokens_per_s": round(summary["tokens"] / summary["cost"]["device_seconds"], 1)})
         for before, after in zip(curve, curve[1:]):
             after["change_over_doubling"] = round((after["valid_loss"] - before["valid_loss"]) / before["valid_loss"], 5)

@@ -130,8 +130,9 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
 
     init_ray(cfg.ray)
     tokenizer = require(run_dir / cfg.tokenizer.output / "tokenizer.json", "tokenizer")
-    assignments = require(run_dir / cfg.cluster.output / "assignments", "cluster")
     jobs = []
+    if {"generic", "domain"} & set(cfg.pack.sets):  # the valid and resampled sets do not read them
+        assignments = require(run_dir / cfg.cluster.output / "assignments", "cluster")
     if "generic" in cfg.pack.sets:
         jobs.append(("generic", assignments, "generic"))
     for domain in cfg.resample.all_domains:

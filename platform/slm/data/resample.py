@@ -136,8 +136,9 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
         "kl_domain_to_resampled_smoothed": kl(p_domain, smoothed(drawn_windows, support, histograms["alpha"])),
         **info, "seconds": round(time.perf_counter() - started, 1),
     })
-    print(f"[resample] {domain}/{method}: {drawn_tokens} tokens in {int(drawn_windows.sum())} windows, "
-          f"KL(resampled ‖ domain) = {manifest['kl_resampled_to_domain']:.3f}", flush=True)
+    placed = f" over the {int(drawn_windows.sum())} embedded" if unplaced else ""
+    print(f"[resample] {domain}/{method}: {drawn_tokens} tokens in {manifest['windows_drawn']} windows, "
+          f"KL(resampled ‖ domain) = {manifest['kl_resampled_to_domain']:.3f}{placed}", flush=True)
     return manifest
 
 
