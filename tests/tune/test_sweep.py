@@ -156,11 +156,11 @@ def test_the_study_design_meets_the_issue(slm_cli):
 
 
 def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_path):
-    """The study's spec at CI size (two seeds, one domain, two methods, the tiny model) on the data
-    tests' run: killed with SIGKILL mid-sweep, rerun, it restores and runs only what had not finished;
-    its report has the claims check."""
+    """The study's spec at CI size (two seeds, one domain, the soup, the tiny model) on the data tests'
+    run: killed with SIGKILL mid-sweep, rerun, it restores and runs only what had not finished; its
+    report has the claims check."""
     overrides = train_overrides(
-        train_run, "sweep.name=tiny", "sweep.methods=[generic, soup]", "sweep.sizes=[tiny]", "sweep.domains=[legal]",
+        train_run, "sweep.name=tiny", "sweep.methods=[soup]", "sweep.sizes=[tiny]", "sweep.domains=[legal]",
         "resample.domains=[]", "sweep.pretrain_steps=[10, 20]", "sweep.domain_tokens=[3200]",
         "sweep.specialize_steps=[5]", "sweep.seeds=[0, 1]", "pretrain.train.num_workers=0",
         "pretrain.train.torch_threads=1", "pretrain.train.checkpoint_every=10", "specialize.train.num_workers=1",
@@ -191,12 +191,12 @@ def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_
     assert not set(finished_before_kill) & set(started_second), (finished_before_kill, started_second)
     table = pq.read_table(out / "results.parquet").to_pylist()
     assert sorted(r["trial"] for r in table) == sorted(
-        f"{m}-tiny-p{p}-t3200-s5-seed{seed}" for m in ("generic", "soup") for p in (10, 20) for seed in (0, 1))
+        f"soup-tiny-p{p}-t3200-s5-seed{seed}" for p in (10, 20) for seed in (0, 1))
     for r in table:
         assert r["perplexity"] > 1 and 0 <= r["accuracy"] <= 1
         assert r["pretrain_flops"] > 0 and r["specialize_flops"] > 0 and r["generic_flops"] == r["pretrain_flops"]
     by = {r["trial"]: r for r in table}
-    assert by["generic-tiny-p20-t3200-s5-seed1"]["pretrain_flops"] == 2 * by["generic-tiny-p10-t3200-s5-seed1"]["pretrain_flops"]
+    assert by["soup-tiny-p20-t3200-s5-seed1"]["pretrain_flops"] == 2 * by["soup-tiny-p10-t3200-s5-seed1"]["pretrain_flops"]
     assert by["soup-tiny-p20-t3200-s5-seed0"]["perplexity"] != by["soup-tiny-p20-t3200-s5-seed1"]["perplexity"]
     assert (out / "results.csv").exists()
     assert {p.name for p in (out / "report").glob("*.png")} == {
@@ -204,4 +204,4 @@ def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_
     assert "Pareto-optimal" in (out / "report" / "summary.md").read_text()
     claims = (out / "report" / "claims.md").read_text()
     assert all(f"| C{i} |" in claims for i in range(1, 7))
-    assert "the table has no importance rows" in claims  # C1 needs SLM-is, left out at CI size
+    assert "the table has no importance rows" in claims and "the table has no generic rows" in claims  # CI size

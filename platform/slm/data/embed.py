@@ -279,8 +279,10 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
     if incomplete:
         raise RuntimeError(f"embed: documents with no windows written, by input shard: {incomplete}; rerun to resume")
     shutil.rmtree(out / WORK, ignore_errors=True)  # every shard committed (a retried batch may leave a copy)
-    per_shard = {shard: {"documents": len(ids), "windows": pq.read_metadata(out / f"{shard}.parquet").num_rows}
-                 for shard, ids in wanted.items()}
+    # The manifest describes the whole folder: shards an earlier run embedded (other embed.domains) stay in it.
+    per_shard = (existing or {}).get("shards", {}) | {
+        shard: {"documents": len(ids), "windows": pq.read_metadata(out / f"{shard}.parquet").num_rows}
+        for shard, ids in wanted.items()}
     manifest = {
         "stage": "embed", "config_hash": key, "config": asdict(cfg), "corpus_dir": str(corpus_dir),
         "shards": per_shard, "actors": actors, "compile": compiled,
