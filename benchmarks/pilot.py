@@ -21,6 +21,7 @@ interrupted pilot resumes.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -98,7 +99,7 @@ def main() -> None:
                           "valid_loss": round(sum(losses) / len(losses), 5),
                           "per_domain_ppl": {d: round(v["perplexity"], 2) for d, v in domains.items()},
                           "tokens_per_s": round(summary["tokens"] / summary["cost"]["device_seconds"], 1)})
-        for before, after in zip(curve, curve[1:]):
+        for before, after in itertools.pairwise(curve):
             after["change_over_doubling"] = round((after["valid_loss"] - before["valid_loss"]) / before["valid_loss"], 5)
         last = curve[-1].get("change_over_doubling")
         result["sizes"][size] = {"curve": curve, "saturated": last is not None and abs(last) < SATURATED}

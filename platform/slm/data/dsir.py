@@ -137,16 +137,15 @@ def select(generic, target, tokens: int, seed: int = 0, num_buckets: int = 10000
     log_diff = np.log(p_target + EPS) - np.log(p_raw + EPS)
     scored = features.map_batches(_score, fn_kwargs={"log_diff": log_diff, "seed": seed, "min_words": min_words},
                                   batch_format="pyarrow")
-    got, threshold, candidates_left = 0, float("inf"), True
-    for batch in scored.select_columns(["key", "n_tokens"]).sort("key", descending=True).iter_batches(
-            batch_format="numpy", batch_size=4096):
+    got, threshold = 0, float("inf")
+    candidates = scored.select_columns(["key", "n_tokens"]).filter(expr=col("key") > float("-inf"))  # long enough
+    for batch in candidates.sort("key", descending=True).iter_batches(batch_format="numpy", batch_size=4096):
         for key, n in zip(batch["key"], batch["n_tokens"], strict=True):
-            candidates_left = key > -np.inf
-            if got >= tokens or not candidates_left:
+            if got >= tokens:
                 break
             got += int(n)
             threshold = float(key)
-        if got >= tokens or not candidates_left:
+        if got >= tokens:
             break
     chosen = scored.filter(expr=col("key") >= threshold)
     return chosen, log_diff, threshold

@@ -90,16 +90,15 @@ def window_rows(documents: pa.Table, tokenizer, max_tokens: int) -> dict[str, li
     a window's id is its document's id and its index: the same window has the same id in every stage."""
     texts = documents.column("text").to_pylist()
     encodings = tokenizer.encode_batch(texts, add_special_tokens=False)
-    rows = {k: [] for k in WINDOW_COLUMNS}
     columns = (documents.column(k).to_pylist() for k in ("id", "source", "domain"))
     content = max_tokens - 2  # [CLS] and [SEP]
+    rows = []
     for doc_id, source, domain, text, enc in zip(*columns, texts, encodings, strict=True):
         windows = split_windows(text, enc, content)
-        for w, (window_text, n_tokens) in enumerate(windows):
-            for key, value in zip(WINDOW_COLUMNS, (f"{doc_id}-{w}", doc_id, w, len(windows), source, domain,
-                                                   window_text, n_tokens), strict=True):
-                rows[key].append(value)
-    return rows
+        rows += [(f"{doc_id}-{w}", doc_id, w, len(windows), source, domain, window_text, n_tokens)
+                 for w, (window_text, n_tokens) in enumerate(windows)]
+    columns_of_rows = zip(*rows, strict=True) if rows else [()] * len(WINDOW_COLUMNS)
+    return {key: list(values) for key, values in zip(WINDOW_COLUMNS, columns_of_rows, strict=True)}
 
 
 def _windows_batch(documents: pa.Table, tokenizer_json: str, max_tokens: int) -> pa.Table:

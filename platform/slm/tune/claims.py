@@ -190,23 +190,18 @@ def c3(grid: Grid) -> Claim:
     return claim
 
 
-def not_in_a_sweep_table(id_: str, source: str, statement: str, needs: str) -> Claim:
-    return Claim(id_, source, statement, missing=needs)
-
-
 def evaluate(rows: list[dict]) -> list[Claim]:
     """Every claim's verdict from the aggregated rows of one sweep."""
     grid = Grid(rows)
     claims = [c1(grid), c2(grid), c3(grid),
-              not_in_a_sweep_table("C4", "Plan-Early", "Distillation from a larger teacher does not pay once the "
-                                   "teacher's cost is counted.",
-                                   "the sweep plans no distillation trials (a teacher's cost in the row's FLOPs)"),
-              not_in_a_sweep_table("C5", "SALT", "A smaller teacher used for the first ~15–20% of steps lets a "
-                                   "larger student reach the baseline's final quality in ≤ 80% of its steps.",
-                                   "the sweep plans no SALT pretraining runs"),
-              not_in_a_sweep_table("C6", "Plan-Early, Table 5", "Fine-tuning the most frequent cluster's expert is "
-                                   "within noise of the best expert chosen after fine-tuning all.",
-                                   "the sweep fine-tunes only the most frequent cluster's expert (no expert axis)")]
+              Claim("C4", "Plan-Early", "Distillation from a larger teacher does not pay once the teacher's cost "
+                    "is counted.", missing="the sweep plans no distillation trials (a teacher's cost in the row's FLOPs)"),
+              Claim("C5", "SALT", "A smaller teacher used for the first ~15–20% of steps lets a larger student "
+                    "reach the baseline's final quality in ≤ 80% of its steps.",
+                    missing="the sweep plans no SALT pretraining runs"),
+              Claim("C6", "Plan-Early, Table 5", "Fine-tuning the most frequent cluster's expert is within noise of "
+                    "the best expert chosen after fine-tuning all.",
+                    missing="the sweep fine-tunes only the most frequent cluster's expert (no expert axis)")]
     for claim in claims:
         claim.verdict = overall(claim.comparisons)
     return claims
