@@ -13,7 +13,8 @@ the current ÷ base ratios of the means.
     python benchmarks/before_after.py --base 0aca7bd --sweep [--rounds 1]
 
 End to end instead: each checkout's ``slm sweep jobs/sweeps/quickstart.yaml`` as shipped (5 pretraining
-runs, 20 Tune trials, the report), in its own process and embedded local Ray, on the same data; per run
+runs, 20 Tune trials, the report; ``--spec FILE``: the same spec for both, e.g. the base's own), in its
+own process and embedded local Ray, on the same data; per run
 the wall time from launch to exit (Ray's start, any compile warm-up, every trial, the report), the
 current ÷ base ratio, and the largest relative difference of a trial's perplexity between the two.
 Needs a run directory with a tokenizer and ``packed/generic`` (the quickstart job makes them; the sweep
@@ -72,10 +73,10 @@ def one_run(checkout: Path, run_dir: Path, name: str) -> dict:
     return row
 
 
-def one_sweep(checkout: Path, root: Path, corpus_dir: Path, name: str) -> dict:
+def one_sweep(checkout: Path, root: Path, corpus_dir: Path, name: str, spec: str) -> dict:
     env = checkout_env(checkout)
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "slm.cli", "sweep", "jobs/sweeps/quickstart.yaml",
+    proc = subprocess.run([sys.executable, "-m", "slm.cli", "sweep", spec,
                            f"run.root={root}", f"corpus.dir={corpus_dir}", f"sweep.name={name}"],
                           cwd=checkout, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
@@ -100,6 +101,8 @@ def main() -> None:
     ap.add_argument("--base", required=True, help="the earlier commit")
     ap.add_argument("--run-dir", default="runs/quickstart")
     ap.add_argument("--sweep", action="store_true", help="time the quickstart sweep end to end instead")
+    ap.add_argument("--spec", default="", help="with --sweep: a sweep spec both checkouts run (default: each "
+                    "checkout's own jobs/sweeps/quickstart.yaml, as shipped)")
     ap.add_argument("--rounds", type=int, default=0, help="alternating rounds (default: 2; 1 with --sweep)")
     ap.add_argument("--out", default="")
     ap.add_argument("--keep", action="store_true", help="keep the scratch run directory (the sweeps' outputs)")
@@ -121,8 +124,9 @@ def main() -> None:
     try:
         for i in range(rounds):
             if args.sweep:
-                runs["base"].append(one_sweep(base, scratch, corpus_dir, f"before-after-base-{i}"))
-                runs["current"].append(one_sweep(REPO, scratch, corpus_dir, f"before-after-current-{i}"))
+                spec = str(Path(args.spec).resolve()) if args.spec else "jobs/sweeps/quickstart.yaml"
+                runs["base"].append(one_sweep(base, scratch, corpus_dir, f"before-after-base-{i}", spec))
+                runs["current"].append(one_sweep(REPO, scratch, corpus_dir, f"before-after-current-{i}", spec))
             else:
                 runs["base"].append(one_run(base, work, f"before-after-base-{i}"))
                 runs["current"].append(one_run(REPO, work, f"before-after-current-{i}"))
@@ -135,7 +139,8 @@ def main() -> None:
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     if args.sweep:
-        result = {"base": args.base, "current": commit, "job": "slm sweep jobs/sweeps/quickstart.yaml",
+        job = f"slm sweep {args.spec or 'jobs/sweeps/quickstart.yaml'}"
+        result = {"base": args.base, "current": commit, "job": job,
                   "runs": runs, **compare_sweeps(runs)}
     else:
         mean = {k: {m: statistics.mean(r[m] for r in v) for m in ("step_s", "wall_s")} for k, v in runs.items()}

@@ -13,9 +13,10 @@ the log-perplexity the trainer reports. For each size the JSON lists each budget
 training tokens/s, and the relative change of the loss over each doubling; ``saturated`` is whether the
 last doubling changed it by less than 1%.
 
-The runs train in this process (``pretrain.train.num_workers=0``, the machine's threads): the pilot
-measures the model, not Ray Train's start-up. Runs that finished are read back, not retrained, so an
-interrupted pilot resumes.
+Each run trains in its own process without Ray Train (``pretrain.train.num_workers=0``), as a Ray task of
+``--threads`` threads, as many at once as the machine's cores allow (the study's sweep runs its
+pretraining the same way): the pilot measures the model, not Ray Train's start-up. Runs that finished are
+read back, not retrained, so an interrupted pilot resumes.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per run (runs go in parallel)")
     ap.add_argument("--out")
     args = ap.parse_args()
 
@@ -67,13 +69,33 @@ def main() -> None:
     if not (run_dir / "packed" / "valid").exists():
         STAGES["pack"](cfg, run_dir)
     data_seconds = time.perf_counter() - started
-    ray.shutdown()
     generic = json.loads((text / "manifest.json").read_text())
+
+    def name(size: str, steps: int) -> str:
+        return f"pilot-{size}-s{steps}" if args.batch == 8 else f"pilot-{size}-b{args.batch}-s{steps}"
+
+    def job(size: str, steps: int):
+        return load_job(None, common + [
+            f"pretrain.name={name(size, steps)}", f"pretrain.data={text}", f"pretrain.model.depth={int(size[1:])}",
+            "pretrain.train.num_workers=0", f"pretrain.train.torch_threads={args.threads}",
+            f"pretrain.train.batch_size={args.batch}", f"pretrain.train.budget.steps={steps}",
+            f"pretrain.train.optim.lr={args.lr}", f"pretrain.train.optim.warmup_steps={max(10, steps // 20)}",
+            f"pretrain.train.log_every={max(10, steps // 20)}", "pretrain.train.checkpoint_every=0",
+            "pretrain.train.eval_tokens=65536"])
+
+    todo = [job(size, steps) for size in args.sizes for steps in sorted(args.steps)
+            if not (run_dir / "checkpoints" / name(size, steps) / "summary.json").exists()]
+    # Longest first: the last runs to start are the short ones, so the cores stay busy to the end.
+    todo.sort(key=lambda j: -j.pretrain.train.budget.steps)
+    task = ray.remote(STAGES["pretrain"]).options(num_cpus=args.threads, max_retries=0)
+    ray.get([task.remote(j, run_dir) for j in todo])
+    ray.shutdown()
 
     result: dict = {"machine": {"cpus": os.cpu_count()}, "protocol": {
         "data": "every generic document of the corpus, packed from the text", "sequences": generic["sequences"],
         "tokens": generic["tokens"], "vocab": args.vocab, "seq_len": args.seq_len, "batch": args.batch,
         "lr": args.lr, "runs": "one per budget, warm-up then cosine decay over it", "seed": 0,
+        "threads_per_run": args.threads, "runs_at_once": max(1, (os.cpu_count() or 1) // args.threads),
         "valid_loss": "mean over the domains' valid splits of log perplexity", "saturated_below": SATURATED},
         # This invocation's data preparation (0 when an earlier one made it) and the packing of the
         # generic text as recorded when it was made.
@@ -81,17 +103,7 @@ def main() -> None:
     for size in args.sizes:
         curve = []
         for steps in sorted(args.steps):
-            name = f"pilot-{size}-s{steps}"
-            summary_path = run_dir / "checkpoints" / name / "summary.json"
-            if not summary_path.exists():
-                job = load_job(None, common + [
-                    f"pretrain.name={name}", f"pretrain.data={text}", f"pretrain.model.depth={int(size[1:])}",
-                    "pretrain.train.num_workers=0", f"pretrain.train.torch_threads={os.cpu_count()}",
-                    f"pretrain.train.batch_size={args.batch}", f"pretrain.train.budget.steps={steps}",
-                    f"pretrain.train.optim.lr={args.lr}", f"pretrain.train.optim.warmup_steps={max(10, steps // 20)}",
-                    f"pretrain.train.log_every={max(10, steps // 20)}", "pretrain.train.checkpoint_every=0",
-                    "pretrain.train.eval_tokens=65536"])
-                STAGES["pretrain"](job, run_dir)
+            summary_path = run_dir / "checkpoints" / name(size, steps) / "summary.json"
             summary = json.loads(summary_path.read_text())
             domains = {d: v for d, v in summary["eval"].items() if d != "macro"}  # the trainer's own mean
             losses = [math.log(v["perplexity"]) for v in domains.values()]

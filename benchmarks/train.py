@@ -14,7 +14,8 @@ Prints one JSON object; every ratio is measured side by side in this one run:
   ``defaults``, ``fp32_compiled`` and ``bf16_compiled``; a configuration this machine refuses (bf16 on a
   CPU without native bf16) is reported with the reason instead of a number.
 - ``loss_agreement``: the d2 runs are 200 steps from the same seed: each configuration's final training
-  loss and valid perplexity against fp32 eager's (relative difference).
+  loss and valid perplexity against fp32 eager's (relative difference), beside fp32 eager from seed 1
+  (``fp32_eager_seed1``): what changing only the seed moves them by, the scale to read the others against.
 - ``compile_warmup``: one process, d2 under the defaults' precision: the seconds the first compiled steps
   take beyond the steady step with an empty Inductor cache (a machine's first compile) and, in a new
   process, with that cache filled; and the compiled ÷ eager steady step.
@@ -166,16 +167,18 @@ CONFIGS = {  # name → overrides; fp32_eager is the training path before issue 
 
 
 def speedup_rows(work: Path, model: list[str], label: str, steps: int, batch: int,
-                 same_as_fp32_eager: bool) -> dict:
-    """Each configuration of CONFIGS on 2 workers × 1 thread, the same model, batch, seed and steps."""
+                 same_as_fp32_eager: bool, seed_noise: bool = False) -> dict:
+    """Each configuration of CONFIGS on 2 workers × 1 thread, the same model, batch, seed and steps
+    (``seed_noise``: also fp32 eager from another seed, the scale a precision's difference is read against)."""
     from slm.config import ConfigError
 
     two = [*model, "pretrain.train.num_workers=2", "pretrain.train.torch_threads=1",
            f"pretrain.train.batch_size={batch}", f"pretrain.train.budget.steps={steps}"]
     out: dict = {}
+    extra = [("fp32_eager_seed1", [*CONFIGS["fp32_eager"], "pretrain.train.seed=1"])] if seed_noise else []
     # fp32 eager runs first and again last: the base is the mean of the two, and their difference is the
     # machine's drift over the comparison (a ratio smaller than that is not a measured difference).
-    for name, overrides in [*CONFIGS.items(), ("fp32_eager_repeat", CONFIGS["fp32_eager"])]:
+    for name, overrides in [*CONFIGS.items(), *extra, ("fp32_eager_repeat", CONFIGS["fp32_eager"])]:
         if name == "defaults" and same_as_fp32_eager:
             out[name] = {"same_as": "fp32_eager", "why": "the defaults resolve to fp32 eager on this machine"}
             continue
@@ -332,13 +335,14 @@ def main() -> None:
             same = precision == "fp32" and not choice.enabled  # measured once, reported for both names
             speed = {
                 f"d{args.depth}": speedup_rows(work, [f"pretrain.model.depth={args.depth}"], f"d{args.depth}",
-                                               args.agreement_steps, args.batch, same),
+                                               args.agreement_steps, args.batch, same, seed_noise=True),
                 "cpu-small": speedup_rows(work, ["pretrain.model.preset=cpu-small"], "cpu-small",
                                           args.small_steps, args.batch, same),
                 "soup_n8_b32": speedup_rows(work, [f"pretrain.model.depth={args.depth}", "pretrain.method=soup",
                                                    "pretrain.model.soup_experts=8"], "soup", args.small_steps, 32, same),
             }
-            result["train_speedup"] = {k: {**{c: r.get("speedup_vs_fp32_eager", r.get("not_run")) for c, r in v.items()},
+            result["train_speedup"] = {k: {**{c: r.get("speedup_vs_fp32_eager", r.get("not_run")) for c, r in v.items()
+                                              if c in CONFIGS},
                                            "fp32_eager_drift": v["fp32_eager"]["drift"]}
                                        for k, v in speed.items()}
             result["train_speedup_rows"] = speed

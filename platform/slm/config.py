@@ -354,7 +354,7 @@ class TrainConfig:
 
     strategy: Literal["ddp", "deepspeed"] = "ddp"
     zero_stage: int = 2  # deepspeed only: ZeRO stage 1, 2 or 3
-    num_workers: int = 2  # 0: Ray Train's local mode (the loop runs in the driver; tests, debugging)
+    num_workers: int = 2  # 0: the loop in this process, without Ray Train (Tune trials on one core, tests)
     use_gpu: bool = False
     cpus_per_worker: float = 1.0
     torch_threads: int = 1  # intra-op threads per CPU worker
@@ -438,6 +438,8 @@ class SpecializeConfig:
     name: str = ""  # default: the source's name; outputs in <run dir>/specialized/<domain>/<name>/
     domain: str = ""  # default: resample.domain
     domain_tokens: int = 50_000  # the in-domain data budget: tokens of the domain's train split used
+    # mixture / projected: the expert to fine-tune; -1 = the domain's most frequent coarse cluster's.
+    expert: int = -1
     train: TrainConfig = field(default_factory=lambda: TrainConfig(
         budget=BudgetConfig(steps=50), optim=OptimConfig(lr=1e-3, warmup_steps=5)))
     teacher: TeacherConfig = field(default_factory=lambda: TeacherConfig(omega=0.5, temperature=1.0))  # distill
@@ -447,6 +449,8 @@ class SpecializeConfig:
     def validate(self, prefix: str = "") -> None:
         if self.domain_tokens <= 0:
             raise ConfigError(f"config key '{prefix}domain_tokens': must be positive, got {self.domain_tokens}")
+        if self.expert < -1:
+            raise ConfigError(f"config key '{prefix}expert': an expert index ≥ 0, or -1, got {self.expert}")
 
 
 def size_config(size: str) -> ModelConfig:
@@ -477,6 +481,19 @@ class SweepConfig:
     # KD sampler, and which sequences of the domain make up the in-domain data budget. Empty: one run per
     # setting with the train sections' own seeds, and `slm advise` can say nothing of the spread.
     seeds: list[int] = field(default_factory=list)
+    # The experiments claims C4-C6 need, beside the grid (docs/budgets.md, "The claims"). C4 and C5: a
+    # larger model (a size name), pretrained generic per seed to the largest budget. `distill`: at the
+    # largest pretraining budget it is specialized at every cell (the teacher) and the smallest size's
+    # generic model is distilled from it there, in a second wave of trials, its row carrying the teacher's
+    # costs. `salt_kd_share` > 0: it is also pretrained with the smallest generic model as its teacher for
+    # that share of its steps (SALT); both large runs are evaluated every `curve_every` steps (0: 20
+    # evaluations) into the sweep's curves table. C6 (`all_experts`): at the largest pretraining budget,
+    # smallest in-domain data size and specialization budget, every SLM-mix expert is fine-tuned.
+    large_size: str = ""
+    distill: bool = False
+    salt_kd_share: float = 0.0
+    curve_every: int = 0
+    all_experts: bool = False
     inference_budget: float = 0.0  # the largest inference FLOPs per token a size may cost (0: no limit)
     scheduler: Literal["fifo", "asha"] = "fifo"  # asha: stop weak specializations early (metric: loss)
     max_concurrent_trials: int = 0  # 0: the cluster's CPUs (GPUs) ÷ what one trial's workers take
@@ -496,6 +513,18 @@ class SweepConfig:
             raise ConfigError(f"config key '{prefix}inference_budget': must be ≥ 0")
         if len(set(self.seeds)) != len(self.seeds) or any(s < 0 for s in self.seeds):
             raise ConfigError(f"config key '{prefix}seeds': distinct seeds ≥ 0, got {self.seeds}")
+        if not 0 <= self.salt_kd_share < 1:
+            raise ConfigError(f"config key '{prefix}salt_kd_share': must be in [0, 1), got {self.salt_kd_share}")
+        if (self.distill or self.salt_kd_share) and not self.large_size:
+            raise ConfigError(f"config key '{prefix}large_size': distillation and SALT need a larger model "
+                              f"(a size name, e.g. d2)")
+        if (self.distill or self.salt_kd_share) and "generic" not in self.methods:
+            raise ConfigError(f"config key '{prefix}methods': distillation's student and SALT's teacher are the "
+                              f"generic small model: add generic")
+        if self.all_experts and "mixture" not in self.methods:
+            raise ConfigError(f"config key '{prefix}all_experts': needs mixture in sweep.methods")
+        if self.curve_every < 0:
+            raise ConfigError(f"config key '{prefix}curve_every': must be ≥ 0, got {self.curve_every}")
 
 
 @dataclass

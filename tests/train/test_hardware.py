@@ -1,6 +1,6 @@
 """Device placement, precision, compilation and the MFU peak (slm.train.hardware), and the training
-paths they open: bf16 autocast and torch.compile for every method, a compiled run that resumes to the
-same losses after a worker SIGKILL, and configs that must fail before anything starts."""
+paths they open: bf16 autocast and torch.compile for every method, and configs that must fail before
+anything starts. (A compiled run that resumes to the same losses after a SIGKILL: tests/train/test_local.py.)"""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from slm.models.soup import DomainPrior
 from slm.runtime import native_bf16
 from slm.train import hardware
 from slm.train.trainer import pretrain
-from tests.conftest import REPO, WorkerKiller, logged_rows, train_overrides
+from tests.conftest import REPO, logged_rows, train_overrides
 
 METHODS = ["generic", "importance", "mixture", "projected", "soup"]
 CPU_BF16 = native_bf16("cpu")
@@ -161,7 +161,7 @@ def job(train_run, *extra):
 @pytest.mark.ray
 @pytest.mark.parametrize("method", families(METHODS))
 def test_compiled_training_learns_for_every_method(train_run, method):
-    """Every method through the real loop (Ray Train local mode) with compile=always and the default
+    """Every method through the real loop (in the test process, num_workers=0) with compile=always and the default
     precision: bf16 where this CPU has it natively, else float32."""
     cfg = job(train_run, "pretrain.train.num_workers=0", f"pretrain.method={method}", f"pretrain.name=compiled-{method}",
               "pretrain.train.compile=always", "pretrain.train.budget.steps=40", "pretrain.train.log_every=5",
@@ -173,30 +173,6 @@ def test_compiled_training_learns_for_every_method(train_run, method):
     assert rows[-1]["loss"] < rows[0]["loss"] - 0.5, (rows[0]["loss"], rows[-1]["loss"])
     assert m["eval"]["macro"]["perplexity"] < m["eval_before"]["macro"]["perplexity"]
     assert 0 < rows[-1]["mfu"] < 1 and m["peak_flops"] > 0
-
-
-@pytest.mark.ray
-def test_a_compiled_run_resumes_to_the_same_losses(train_run):
-    """One Ray Train worker, compile=always, the default precision: a SIGKILL after step 30 makes Ray
-    restart the worker from the step-20 checkpoint; it recompiles (from the cache) and steps 21-60 give
-    the uninterrupted run's losses to 1e-4 (the same kernels on the same rows: equal in practice; the
-    tolerance only allows for the order of a reduction changing across a recompile)."""
-    common = ["pretrain.train.num_workers=1", "pretrain.train.compile=always", "pretrain.train.budget.steps=60",
-              "pretrain.train.checkpoint_every=20", "pretrain.train.log_every=1", "pretrain.train.report_every=0",
-              "pretrain.train.max_failures=1", "ray.include_dashboard=false"]
-    reference = job(train_run, *common, "pretrain.name=compiled-reference")
-    pretrain(reference, reference.run.dir)
-    cfg = job(train_run, *common, "pretrain.name=compiled-killed")
-    out = cfg.run.dir / "checkpoints" / "compiled-killed"
-    with WorkerKiller(out, after_step=30) as killer:
-        m = pretrain(cfg, cfg.run.dir)
-    assert killer.killed and m["steps"] == 60 and m["compiled"]
-    steps = [r["step"] for r in logged_rows(out)]
-    assert steps.count(21) == 2  # resumed from the step-20 checkpoint
-    a = {r["step"]: r["loss"] for r in logged_rows(reference.run.dir / "checkpoints" / "compiled-reference")}
-    b = {r["step"]: r["loss"] for r in logged_rows(out)}  # the last row of each step: the resumed one
-    for step in range(21, 61):
-        assert b[step] == pytest.approx(a[step], abs=1e-4), step
 
 
 @pytest.mark.ray

@@ -1,5 +1,5 @@
-"""Every method's loss on real packed text (the mini corpus through the real data stages), in Ray Train's
-local mode (the loop runs in the test process: same code, no worker start-up); budgets, SALT's schedule,
+"""Every method's loss on real packed text (the mini corpus through the real data stages), with the loop
+in the test process (``num_workers=0``: same code, no Ray Train start-up); budgets, SALT's schedule,
 SALT-DS, distillation, LoRA, specialization of every pretrained method, and the configs that must fail."""
 
 from __future__ import annotations
@@ -106,14 +106,14 @@ def test_budgets_stop_at_the_first_limit(train_run):
 def test_snapshots_and_a_deleted_output_starts_afresh(train_run):
     import shutil
 
-    # one real Ray Train worker: local mode keeps no checkpoints, and resuming from them is the point
     cfg = job(train_run, "pretrain.name=snap", "pretrain.train.budget.steps=6", "pretrain.snapshot_steps=[3, 6]",
-              "pretrain.train.checkpoint_every=3", "pretrain.train.log_every=1", "pretrain.train.num_workers=1")
+              "pretrain.train.checkpoint_every=3", "pretrain.train.log_every=1", "pretrain.train.num_workers=0")
     out = cfg.run.dir / "checkpoints" / "snap"
     first = pretrain(cfg, cfg.run.dir)
     index = json.loads((out / "snapshots" / "snapshots.json").read_text())
     assert sorted(index) == ["3", "6"] and index["3"]["cost"]["flops"] == pytest.approx(first["cost"]["flops"] / 2)
-    assert (out / "ray_train").is_dir()  # Ray Train's checkpoints live with the run they belong to
+    # the checkpoints live with the run they belong to (a run in this process keeps its own)
+    assert sorted(p.name for p in next((out / "local_train").iterdir()).iterdir()) == ["step-00000003", "step-00000006"]
     # Deleting the output deletes its checkpoints: the rerun trains all 6 steps again and rewrites the
     # snapshots, instead of resuming a finished run from state kept elsewhere and leaving none.
     shutil.rmtree(out)

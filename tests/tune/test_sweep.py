@@ -54,6 +54,40 @@ def test_bad_sweep_specs_fail_before_any_trial(train_run):
         spec("sweep.seeds=[1, 1]")
 
 
+def test_the_claims_experiments_are_planned_beside_the_grid(tmp_path):
+    """C4–C6's runs and trials (sweep.large_size, distill, salt_kd_share, all_experts), planned from the
+    config alone (a dry run): the large generic model per seed, SALT after its teacher, the teachers'
+    specializations and the distilled students (a second wave), every mixture expert at one cell."""
+    def spec(*extra):
+        return load_job(None, [f"run.root={tmp_path}", "cluster.k=4", "sweep.methods=[generic, mixture]",
+                               "sweep.sizes=[d1]", "sweep.domains=[legal]", "sweep.pretrain_steps=[10, 20]",
+                               "sweep.domain_tokens=[1000, 2000]", "sweep.specialize_steps=[5, 10]",
+                               "sweep.seeds=[0, 1]", *extra])
+
+    p = plan(spec("sweep.large_size=d2", "sweep.distill=true", "sweep.salt_kd_share=0.2", "sweep.all_experts=true"),
+             check_data=False)
+    runs = {r["name"]: r for r in p["runs"]}
+    assert list(runs)[-2:] == ["salt-d2-seed0", "salt-d2-seed1"]  # teachers train first
+    assert runs["salt-d2-seed1"]["teacher"] == "generic-d1-seed1" and runs["salt-d2-seed1"]["kd_steps"] == 4
+    assert runs["generic-d2-seed0"]["role"] == "large" and runs["generic-d2-seed0"]["eval_every"] == 1
+    assert runs["generic-d2-seed0"]["snapshots"] == [20] and len(runs) == 8
+    roles = [t["role"] for t in p["trials"]]
+    assert (roles.count("grid"), roles.count("teacher"), roles.count("distill"), roles.count("experts")) == (32, 8, 8, 8)
+    student = next(t for t in p["trials"] if t["name"] == "distill-d1-from-d2-p20-t1000-s5-seed1")
+    assert (student["wave"], student["source"], student["teacher"], student["teacher_run"]) == (
+        2, "generic-d1-seed1", "generic-d2-p20-t1000-s5-seed1", "generic-d2-seed1")
+    assert all(t["wave"] == 1 for t in p["trials"] if t["role"] != "distill")
+    experts = [t for t in p["trials"] if t["role"] == "experts"]
+    assert sorted(t["expert"] for t in experts if t["seed"] == 0) == [0, 1, 2, 3]
+    assert {(t["pretrain_steps"], t["domain_tokens"], t["specialize_steps"]) for t in experts} == {(20, 1000, 5)}
+    with pytest.raises(ConfigError, match="sweep.large_size"):
+        spec("sweep.distill=true")
+    with pytest.raises(SweepSpecError, match="not larger than the smallest size"):
+        plan(spec("sweep.large_size=d1", "sweep.distill=true"), check_data=False)
+    with pytest.raises(ConfigError, match="sweep.all_experts"):
+        spec("sweep.methods=[generic]", "sweep.all_experts=true")
+
+
 ROWS = [  # hand-checkable: FLOPs in units, perplexities chosen so the answer is obvious
     dict(trial="a", method="generic", size="d2", inference_flops_per_token=10, domain="legal", domain_tokens=1000,
          generic_flops=100, per_domain_flops=10, generic_device_seconds=1, per_domain_device_seconds=1,
@@ -73,7 +107,7 @@ ROWS = [  # hand-checkable: FLOPs in units, perplexities chosen so the answer is
 def trials(rows: list[dict], seed: int | None = None, shift: float = 0.0) -> list[dict]:
     """Hand rows as a sweep's table holds them: every measured column, one trial per setting and seed
     (``shift`` moves this seed's perplexities)."""
-    return [{**dict.fromkeys(MEANS, 0.0), "params": 0, **r, "perplexity": r["perplexity"] + shift, "setting": r["trial"],
+    return [{**dict.fromkeys(MEANS, 0.0), "params": 0, "expert": None, **r, "perplexity": r["perplexity"] + shift, "setting": r["trial"],
              "seed": seed, "trial": r["trial"] + ("" if seed is None else f"-seed{seed}")} for r in rows]
 
 
@@ -148,23 +182,28 @@ def test_the_study_design_meets_the_issue(slm_cli):
     p = plan(cfg, check_data=False)
     per_domain = sum(m in ("importance", "dsir") for m in sw.methods)
     shared = len(sw.methods) - per_domain
-    assert len(p["runs"]) == (shared + per_domain * len(sw.domains)) * len(sw.seeds)
-    assert len(p["trials"]) == len(sw.seeds) * len(sw.pretrain_steps) * len(sw.domains) * len(sw.domain_tokens) \
-        * len(sw.specialize_steps) * (shared + per_domain)
+    grid_runs = [r for r in p["runs"] if r["role"] == "grid"]
+    assert len(grid_runs) == (shared + per_domain * len(sw.domains)) * len(sw.seeds)
+    assert sum(t["role"] == "grid" for t in p["trials"]) == len(sw.seeds) * len(sw.pretrain_steps) * len(sw.domains) \
+        * len(sw.domain_tokens) * len(sw.specialize_steps) * (shared + per_domain)
+    # the claims' experiments: C4 (distillation with its teacher), C5 (SALT beside its baseline), C6
+    roles = {t["role"] for t in p["trials"]} | {r["role"] for r in p["runs"]}
+    assert sw.distill and sw.salt_kd_share and sw.all_experts and {"teacher", "distill", "experts", "large", "salt"} <= roles
+    assert len({t["name"] for t in p["trials"]}) == len(p["trials"])  # every trial its own name
     out = slm_cli("sweep", "jobs/sweeps/study.yaml", "--dry-run").stdout
     assert f"{len(p['trials'])} specialization trials" in out and "estimated cost" in out
 
 
 def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_path):
-    """The study's spec at CI size (two seeds, one domain, the soup, the tiny model) on the data tests'
-    run: killed with SIGKILL mid-sweep, rerun, it restores and runs only what had not finished; its
-    report has the claims check."""
+    """The study's spec at CI size (two seeds, one domain, three methods, the claims' experiments, the tiny
+    model, trials training in their own processes) on the data tests' run: killed with SIGKILL mid-sweep,
+    rerun, it restores and runs only what had not finished; its report has the claims check."""
     overrides = train_overrides(
-        train_run, "sweep.name=tiny", "sweep.methods=[soup]", "sweep.sizes=[tiny]", "sweep.domains=[legal]",
-        "resample.domains=[]", "sweep.pretrain_steps=[10, 20]", "sweep.domain_tokens=[3200]",
-        "sweep.specialize_steps=[5]", "sweep.seeds=[0, 1]", "pretrain.train.num_workers=0",
-        "pretrain.train.torch_threads=1", "pretrain.train.checkpoint_every=10", "specialize.train.num_workers=1",
-        "specialize.train.checkpoint_every=0", "ray.include_dashboard=false", "ray.num_cpus=2")
+        train_run, "sweep.name=tiny", "sweep.methods=[generic, mixture, soup]", "sweep.sizes=[tiny]",
+        "sweep.large_size=d2", "sweep.domains=[legal]", "resample.domains=[]", "sweep.pretrain_steps=[10, 20]",
+        "sweep.domain_tokens=[3200]", "sweep.specialize_steps=[5]", "sweep.seeds=[0, 1]", "sweep.curve_every=5",
+        "pretrain.train.checkpoint_every=10", "specialize.train.checkpoint_every=0", "ray.include_dashboard=false",
+        "ray.num_cpus=2")
     command = [sys.executable, "-m", "slm.cli", "sweep", "jobs/sweeps/study.yaml", *overrides]
     out = train_run.run.dir / "sweeps" / "tiny"
     log = tmp_path / "first.log"
@@ -174,12 +213,12 @@ def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
         done = sorted(p.parent.name for p in (out / "specialized" / "legal").glob("*-p*/manifest.json"))
-        if len(done) >= 2:
-            time.sleep(15)  # let Tune record them in its experiment state
+        if len(done) >= 4:
+            time.sleep(5)  # let Tune record them in its experiment state
             finished_before_kill = done
             os.killpg(proc.pid, signal.SIGKILL)  # the driver, its embedded Ray and every trial with it
             break
-        time.sleep(1)
+        time.sleep(0.5)
     proc.wait(timeout=60)
     assert finished_before_kill, log.read_text()[-3000:]
     started_first = [json.loads(line)["trial"] for line in (out / "trials.log").read_text().splitlines()]
@@ -190,18 +229,33 @@ def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_
     started_second = started[len(started_first):]
     assert not set(finished_before_kill) & set(started_second), (finished_before_kill, started_second)
     table = pq.read_table(out / "results.parquet").to_pylist()
+    cell = "p20-t3200-s5"
     assert sorted(r["trial"] for r in table) == sorted(
-        f"soup-tiny-p{p}-t3200-s5-seed{seed}" for p in (10, 20) for seed in (0, 1))
+        [f"{m}-tiny-p{p}-t3200-s5-seed{seed}" for m in ("generic", "mixture", "soup") for p in (10, 20) for seed in (0, 1)]
+        + [f"{name}-seed{seed}" for seed in (0, 1) for name in (
+            f"generic-d2-{cell}", f"distill-tiny-from-d2-{cell}", *(f"mixture-tiny-{cell}-e{e}" for e in range(4)))])
     for r in table:
         assert r["perplexity"] > 1 and 0 <= r["accuracy"] <= 1
         assert r["pretrain_flops"] > 0 and r["specialize_flops"] > 0 and r["generic_flops"] == r["pretrain_flops"]
     by = {r["trial"]: r for r in table}
     assert by["soup-tiny-p20-t3200-s5-seed1"]["pretrain_flops"] == 2 * by["soup-tiny-p10-t3200-s5-seed1"]["pretrain_flops"]
     assert by["soup-tiny-p20-t3200-s5-seed0"]["perplexity"] != by["soup-tiny-p20-t3200-s5-seed1"]["perplexity"]
+    # a distilled student carries its teacher's costs: the large model's pretraining and specialization
+    student, teacher = by[f"distill-tiny-from-d2-{cell}-seed0"], by[f"generic-d2-{cell}-seed0"]
+    plain = by[f"generic-tiny-{cell}-seed0"]
+    assert student["pretrain_flops"] == pytest.approx(plain["pretrain_flops"] + teacher["pretrain_flops"])
+    assert student["specialize_flops"] > plain["specialize_flops"] + teacher["specialize_flops"]  # + the teacher's forwards
+    assert {by[f"mixture-tiny-{cell}-e{e}-seed0"]["expert"] for e in range(4)} == {0, 1, 2, 3}
+    curves = pq.read_table(out / "curves.parquet").to_pylist()
+    salt = [c for c in curves if c["run"] == "salt-d2-seed1"]
+    assert [c["step"] for c in salt] == [5, 10, 15, 20] and all(c["loss"] > 0 for c in salt)
+    assert {c["role"] for c in curves} >= {"large", "salt"}
     assert (out / "results.csv").exists()
     assert {p.name for p in (out / "report").glob("*.png")} == {
         "pretrain_cost.png", "specialize_cost.png", "inference_size.png", "domain_tokens.png"}
     assert "Pareto-optimal" in (out / "report" / "summary.md").read_text()
-    claims = (out / "report" / "claims.md").read_text()
-    assert all(f"| C{i} |" in claims for i in range(1, 7))
-    assert "the table has no importance rows" in claims and "the table has no generic rows" in claims  # CI size
+    assert "-e1" not in (out / "report" / "summary.md").read_text()  # the every-expert trials are the claims' only
+    claims = {c["id"]: c for c in json.loads((out / "report" / "claims.json").read_text())}
+    assert sorted(claims) == [f"C{i}" for i in range(1, 7)]
+    assert all(claims[c]["comparisons"] for c in ("C3", "C4", "C5", "C6")), claims
+    assert "the table has no importance rows" in claims["C1"]["missing"]  # CI size

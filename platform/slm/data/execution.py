@@ -3,8 +3,11 @@
 Ray Data streams blocks out of an operator as they finish, so without ``preserve_order`` the cluster
 assignments came back from a second run as the same rows in another order, and packing (which joins
 windows in the order it reads them) then made other sequences from them (measured: issue 16). With it,
-every operator hands its blocks on in its input's order: the same inputs give the same files, row for
-row. A dataset captures the context when it is created, so this is entered before the datasets are made.
+every operator is asked to hand its blocks on in its input's order. That is not a guarantee: in one of two
+identical runs the cluster stage's actor pool still wrote one input file's blocks out of order (with
+preserve_order on), so what follows the assignments must not depend on their row order — packing orders
+each group's windows itself (``slm.data.pack``). A dataset captures the context when it is created, so
+this is entered before the datasets are made.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ shard with ``ray.train.get_dataset_shard("train").iter_batches(...)``.
 from __future__ import annotations
 
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,16 @@ def _pack_group(batch: pa.Table, tokenizer: str, seq_len: int) -> pa.Table:
     tok = tokenizers.load(tokenizer)
     eot = tok.token_to_id("<|endoftext|>")
     texts = batch.column("text").to_pylist()
+    if batch.num_rows:
+        # The group's windows in an order that is a function of the windows alone: sorted by id, then a
+        # permutation seeded by the group (so that a resampled set's repeated windows are not joined
+        # end to end). The order they arrive in is not: Ray Data's actor pools handed blocks on out of
+        # order in one of two identical runs even with preserve_order (issue 16, tests/test_reproducible).
+        ids = batch.column("id").to_pylist()
+        seed = zlib.crc32(f"{batch.column('domain')[0].as_py()}/{batch.column('leaf')[0].as_py()}".encode())
+        order = np.random.default_rng(seed).permutation(len(ids))
+        by_id = sorted(range(len(ids)), key=ids.__getitem__)
+        texts = [texts[by_id[i]] for i in order]
     ids = [np.asarray(e.ids, dtype=np.int64) for e in tok.encode_batch(texts, add_special_tokens=False)]
     stream = np.concatenate([np.append(i, eot) for i in ids]) if ids else np.zeros(0, np.int64)
     row = seq_len + 1
@@ -44,7 +55,8 @@ def _pack_group(batch: pa.Table, tokenizer: str, seq_len: int) -> pa.Table:
     })
 
 
-WINDOW_SCHEMA = pa.schema([("text", pa.string()), ("domain", pa.string()), ("coarse", pa.int32()), ("leaf", pa.int32())])
+WINDOW_SCHEMA = pa.schema([("id", pa.string()), ("text", pa.string()), ("domain", pa.string()), ("coarse", pa.int32()),
+                           ("leaf", pa.int32())])
 
 
 def _conform(batch: pa.Table) -> pa.Table:

@@ -108,21 +108,26 @@ def load_model(path: str | Path) -> tuple[nn.Module, dict]:
 
 
 @torch.no_grad()
-def instantiate(model: nn.Module, arch: dict, coarse_histogram: list[float]) -> tuple[GPT, dict]:
+def instantiate(model: nn.Module, arch: dict, coarse_histogram: list[float],
+                expert: int | None = None) -> tuple[GPT, dict]:
     """The dense GPT a method serves for a domain whose histogram over the coarse clusters is given.
 
-    mixture / projected: the expert of the domain's most frequent coarse cluster; soup: Θ(h) with h the
-    histogram itself; dense methods: the model as it is. Returns the model and what was chosen."""
+    mixture / projected: the expert of the domain's most frequent coarse cluster, or ``expert`` when given
+    (Plan-Early's Table 5 fine-tunes every expert to compare); soup: Θ(h) with h the histogram itself;
+    dense methods: the model as it is. Returns the model and what was chosen."""
     method = arch["method"]
     h = torch.tensor(coarse_histogram, dtype=torch.float32)
+    if expert is not None and method not in ("mixture", "projected"):
+        raise ValueError(f"an expert is chosen only for mixture and projected models, not {method}")
     if method in DENSE_METHODS:
         return model, {}
     if method in ("mixture", "projected"):
         if len(h) != arch["n_experts"]:
             raise ValueError(f"the domain histogram has {len(h)} coarse clusters but the {method} model has "
                              f"{arch['n_experts']} experts: pretrain and histogram used different cluster.k")
-        expert = int(h.argmax())
-        return model.instantiate(expert), {"expert": expert}
+        most_frequent = int(h.argmax())
+        chosen = most_frequent if expert is None else expert
+        return model.instantiate(chosen), {"expert": chosen, "most_frequent_expert": most_frequent}
     if method == "soup":
         if len(h) != arch["n_domains"]:
             raise ValueError(f"the domain histogram has {len(h)} coarse clusters but the soup was trained on "

@@ -2,8 +2,9 @@
 
 Each callback sees the loop (``loop.step``, ``loop.progress``, ``loop.rank``…) and the step's metrics
 dict, which it may add to; they run in list order, so ``Throughput`` fills in tokens/s and MFU before
-the loggers write them. ``Checkpointer`` is the one place that calls ``ray.train.report``: every rank
-calls it at the same steps (Ray Train requires it), with a checkpoint attached when one is due.
+the loggers write them. ``Checkpointer`` is the one place that reports to the session (Ray Train's
+``ray.train.report``, or a local run's own checkpoints): every rank reports at the same steps (Ray Train
+requires it), with a checkpoint attached when one is due.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ class MetricsLogger(Callback):
         self.tb.flush()
 
     def on_step_end(self, loop, metrics: dict) -> None:
-        if loop.rank == 0 and is_log_step(loop):
+        # an evaluation's step is logged whatever the interval: the learning curves are read from here
+        if loop.rank == 0 and (is_log_step(loop) or "eval.macro.loss" in metrics):
             self._write(metrics)
 
     def on_train_end(self, loop, metrics: dict) -> None:
@@ -153,30 +155,26 @@ class Snapshotter(Callback):
 
 class Checkpointer(Callback):
     """Every ``checkpoint_every`` steps and at the end: every rank writes its part of the state into a
-    temporary folder and reports it synchronously (Ray merges the ranks' folders into one checkpoint;
-    the call returns once it is persisted); every ``report_every`` steps it reports metrics alone.
+    temporary folder and hands it to the session (Ray Train merges the ranks' folders into one checkpoint
+    and returns once it is persisted; a local run renames it into place); every ``report_every`` steps
+    it reports metrics alone.
 
     Ray Train's controller takes one report per worker per poll (every 2 s): reports more frequent than
     that queue up and the next synchronous one waits for the whole queue, so the per-step logs go to
     metrics.jsonl and TensorBoard (``log_every``) and Ray gets the sparser ``report_every``."""
 
     def on_step_end(self, loop, metrics: dict) -> None:
-        import ray.train
-
         every, report = loop.train.checkpoint_every, loop.train.report_every
         due = loop.finished or (every and loop.progress.step % every == 0)
         if not (due or (report and loop.progress.step % report == 0)):
             return
         reported = {k: v for k, v in metrics.items() if isinstance(v, int | float)}
         if not due:
-            # Metrics alone go through a background thread: a synchronous report waits until the
-            # controller has consumed the previous one (it polls every 2 s), ~1.9 s a call with 2 workers.
-            ray.train.report(reported, checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC)
+            loop.session.report(reported)
             return
         with tempfile.TemporaryDirectory(prefix="slm-ckpt-") as tmp:
             loop.save_state(Path(tmp))
-            ray.train.report(reported, checkpoint=ray.train.Checkpoint.from_directory(tmp),
-                             checkpoint_dir_name=f"step-{loop.progress.step:08d}")
+            loop.session.report(reported, checkpoint=Path(tmp), step=loop.progress.step)
 
 
 def timer() -> float:

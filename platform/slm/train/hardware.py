@@ -53,16 +53,21 @@ def plan_placement(use_gpu: bool, world: int) -> Placement:
     return Placement(device_type="cuda" if cuda else "cpu", wrap_ddp=world > 1, pin_memory=cuda, tf32=cuda)
 
 
-def worker_device(placement: Placement) -> torch.device:
-    """This worker's device: its GPU (Ray Train sets CUDA_VISIBLE_DEVICES and the local rank) or the CPU."""
+def worker_device(placement: Placement, ray_train: bool) -> torch.device:
+    """This worker's device: its GPU or the CPU. A Ray Train worker asks Ray Train (which sets
+    CUDA_VISIBLE_DEVICES and the local rank); a loop in its own process (a Tune trial given a GPU) takes the
+    first GPU it sees."""
     if placement.device_type == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise ConfigError("config key 'train.use_gpu': true, but this worker sees no CUDA device "
                           f"(torch {torch.__version__} built for CUDA {torch.version.cuda})")
-    import ray.train.torch
+    if ray_train:
+        import ray.train.torch
 
-    device = ray.train.torch.get_device()
+        device = ray.train.torch.get_device()
+    else:
+        device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
     if placement.tf32:
         torch.backends.cuda.matmul.allow_tf32 = True

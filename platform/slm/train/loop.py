@@ -30,6 +30,7 @@ from slm.train.budget import Progress, dense_flops_per_token, exhausted, horizon
 from slm.train.data import ClusterSampler, MixtureSampler, PackedArrays, UniformSampler
 from slm.train.evaluate import evaluate
 from slm.train.objectives import KDSchedule, distillation_loss, learnable_difficulty
+from slm.train.session import LocalSession, RayTrainSession
 from slm.train.strategies import DDPStrategy, DeepSpeedStrategy
 
 
@@ -70,11 +71,9 @@ def lora_merged(model: torch.nn.Module, cfg) -> GPT:
 
 
 class TrainLoop:
-    def __init__(self, spec: dict):
-        import ray.train
-
-        ctx = ray.train.get_context()
-        self.rank, self.world = ctx.get_world_rank(), ctx.get_world_size()
+    def __init__(self, spec: dict, session: RayTrainSession | LocalSession):
+        self.session = session
+        self.rank, self.world = session.rank, session.world
         self.spec = spec
         self.train = _train_config(spec["train"])
         self.teacher_cfg = from_dict(TeacherConfig, spec.get("teacher") or {}, prefix="teacher.")
@@ -85,7 +84,7 @@ class TrainLoop:
         torch.manual_seed(self.train.seed)  # identical initial weights on every rank
         key = spec["config_key"]  # "pretrain.train" or "specialize.train": errors name the user's key
         self.placement = hardware.plan_placement(self.train.use_gpu, self.world)
-        self.device = hardware.worker_device(self.placement)
+        self.device = hardware.worker_device(self.placement, ray_train=isinstance(session, RayTrainSession))
         self.precision = hardware.worker_precision(self.train, self.device.type, f"{key}.precision")
 
         # ---- model
@@ -292,12 +291,10 @@ class TrainLoop:
         return (t / self.world).tolist()
 
     def fit(self) -> dict:
-        import ray.train
-
-        checkpoint = ray.train.get_checkpoint()
-        if checkpoint:
-            with checkpoint.as_directory() as folder:
-                self.load_state(Path(folder))
+        with self.session.resume_from() as folder:
+            if folder is not None:
+                self.load_state(folder)
+        if folder is not None:
             if self.rank == 0:
                 print(f"[train] {self.spec['name']}: resumed at step {self.progress.step}", flush=True)
         elif self.teacher is not None and self.spec.get("selection", {}).get("enabled"):
@@ -397,4 +394,9 @@ def peak_rss_mb() -> float:
 
 def train_worker(spec: dict) -> None:
     """The function ``TorchTrainer`` runs on every worker."""
-    TrainLoop(spec).fit()
+    TrainLoop(spec, RayTrainSession()).fit()
+
+
+def train_here(spec: dict, folder: Path, keep: int) -> None:
+    """The loop in this process, without Ray Train (``train.num_workers: 0``), checkpoints under ``folder``."""
+    TrainLoop(spec, LocalSession(folder, keep)).fit()

@@ -53,7 +53,7 @@ def make_optimizer(model: nn.Module, optim: OptimConfig, horizon: int | None, fu
 
 class DDPStrategy:
     """Plain PyTorch data parallelism; the model arrives on the worker's device, and with one worker
-    (``distributed=False``: a single GPU, a Tune trial, local mode) it trains unwrapped there."""
+    (``distributed=False``: a single GPU, a Tune trial, a run in its own process) it trains unwrapped there."""
 
     name = "ddp"
 

@@ -5,7 +5,8 @@ Outputs of a run named N: ``<run dir>/checkpoints/N/`` (pretraining) or
 ``<run dir>/specialized/<domain>/N/`` (specialization), each holding ``model.safetensors``,
 ``summary.json``, ``logs/metrics.jsonl``, ``logs/tensorboard/`` and ``manifest.json`` (complete last).
 Ray Train's own state (checkpoints, the checkpoint manager's snapshot) lives inside the output, in
-``ray_train/N-<spec hash>/``: running the same stage again with the same config resumes from its latest
+``ray_train/N-<spec hash>/`` (``local_train/N-<spec hash>/`` for a run in this process,
+``train.num_workers: 0``): running the same stage again with the same config resumes from its latest
 checkpoint; a complete manifest with the same hash skips the stage. Deleting the output folder starts
 the run afresh — checkpoints kept elsewhere would resume a run whose logs and snapshots are gone.
 """
@@ -126,6 +127,20 @@ def fit(spec: dict, train: TrainConfig, storage: Path, ray_name: str) -> dict:
     return json.loads((Path(spec["output"]) / "summary.json").read_text())
 
 
+def fit_here(spec: dict, train: TrainConfig, folder: Path) -> dict:
+    """Run the loop in this process, without Ray Train (``train.num_workers: 0``); return its summary."""
+    import torch
+
+    from slm.train.loop import train_here
+
+    # A process that trains run after run (a sweep's pretraining) would otherwise pile every run's graphs
+    # into Dynamo's per-function cache, whose limit makes it fall back to eager without failing; each run
+    # compiles afresh instead (from Inductor's on-disk cache: seconds).
+    torch._dynamo.reset()
+    train_here(spec, folder, train.keep_checkpoints)
+    return json.loads((Path(spec["output"]) / "summary.json").read_text())
+
+
 def _tune_callbacks() -> list:
     """Inside a Tune trial (a sweep), forward Ray Train's reports to Tune so schedulers see them."""
     try:
@@ -141,14 +156,16 @@ def _run(kind: str, spec: dict, train: TrainConfig, out: Path, extra: dict) -> d
     if is_complete(out, digest):
         print(f"[train] {spec['name']}: complete and current in {out}, skipped", flush=True)
         return read_manifest(out)
+    ray_cfg = extra.pop("_ray")
+    run_name = f"{spec['name'].replace('/', '-')}-{digest[:8]}"
+    started = time.perf_counter()
     if train.num_workers:
         from slm.runtime import init_ray
 
-        init_ray(extra.pop("_ray"))
+        init_ray(ray_cfg)
+        summary = fit(spec, train, out / "ray_train", run_name)
     else:
-        extra.pop("_ray")
-    started = time.perf_counter()
-    summary = fit(spec, train, out / "ray_train", f"{spec['name'].replace('/', '-')}-{digest[:8]}")
+        summary = fit_here(spec, train, out / "local_train" / run_name)
     manifest = {"stage": kind, "config_hash": digest, **summary, **extra,
                 "wall_seconds": round(time.perf_counter() - started, 1),
                 "model": str(out / "model.safetensors")}
@@ -177,18 +194,25 @@ def base_spec(name: str, train: TrainConfig, out: Path, section: str, cfg: JobCo
 # ----------------------------------------------------------------------------------------- stages
 
 
+def pretrain_data(cfg: JobConfig, run_dir: Path) -> Path:
+    """The arrays a pretraining run reads: ``pretrain.data``, the method's subset for ``resample.domain``
+    (SLM-is: CRISP, DSIR), or every generic window (made from the packed Parquet files on first use)."""
+    from slm.train.data import materialize
+
+    p = cfg.pretrain
+    if p.data:
+        return materialize(p.data)
+    if p.method in ("importance", "dsir"):
+        subset = "crisp" if p.method == "importance" else "dsir"
+        return packed(run_dir, cfg, f"resampled/{cfg.resample.domain}/{subset}")
+    return packed(run_dir, cfg, "generic")
+
+
 def pretrain(cfg: JobConfig, run_dir: Path) -> dict:
     from slm.models.registry import architecture
 
     p: PretrainConfig = cfg.pretrain
-    if p.data:
-        from slm.train.data import materialize
-
-        data = materialize(p.data)
-    elif p.method in ("importance", "dsir"):
-        data = packed(run_dir, cfg, f"resampled/{cfg.resample.domain}/{'crisp' if p.method == 'importance' else 'dsir'}")
-    else:
-        data = packed(run_dir, cfg, "generic")
+    data = pretrain_data(cfg, run_dir)
     seq_len = int(np.load(data / "tokens.npy", mmap_mode="r").shape[1]) - 1
     info = cluster_info(run_dir, cfg) if p.method in ("mixture", "projected", "soup") else {"k": 1}
     arch = architecture(p.method, gpt_config(p.model, vocab_size(run_dir, cfg), seq_len),
@@ -276,7 +300,12 @@ def specialize(cfg: JobConfig, run_dir: Path) -> dict:
         raise TrainingInputError(f"config key 'specialize.domain': no histogram for {domain!r} "
                                  f"(domains with one: {sorted(hist)})")
     model, arch = load_model(source)
-    dense, chosen = instantiate(model, arch, hist[domain])
+    try:
+        dense, chosen = instantiate(model, arch, hist[domain], None if s.expert < 0 else s.expert)
+    except ValueError as err:
+        if s.expert < 0:
+            raise
+        raise TrainingInputError(f"config key 'specialize.expert' ({s.expert}): {err}") from err
     out.mkdir(parents=True, exist_ok=True)
     init = out / "init.safetensors"
     save_dense(dense, init, {"method": arch["method"], "source": str(source), **chosen})

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slm.tune.table import aggregate, difference, ppl, read_table, separable
+from slm.tune.table import aggregate, difference, menu, ppl, read_table, separable
 
 
 def _cost(r: dict, what: str, unit: str) -> float:
@@ -36,7 +36,7 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
         raise ValueError(f"unit must be 'flops' or 'device_seconds', got {unit!r}")
     if domains < 1:
         raise ValueError(f"--domains must be at least 1, got {domains}")
-    rows = [r for r in aggregate(rows) if domain is None or r["domain"] == domain]
+    rows = [r for r in menu(aggregate(rows)) if domain is None or r["domain"] == domain]
     if not rows:
         raise ValueError("no measured row" + (f" for domain {domain!r}" if domain else ""))
 

@@ -23,16 +23,18 @@ smallest ``pretrain_steps`` of the sweep, and so on, as each function says.
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from slm.artifacts import atomic_write_text
-from slm.tune.table import difference, finite, separable
+from slm.tune.table import difference, finite, menu, separable, standard_error
 
 Expectation = Literal["lower", "not lower", "not higher", "tie"]
 Verdict = Literal["holds", "does not hold", "inconclusive"]
-MEASURES = {"perplexity": "ppl after specialization", "perplexity_before": "ppl before specialization"}
+MEASURES = {"perplexity": "ppl after specialization", "perplexity_before": "ppl before specialization",
+            "steps_share": "steps to the baseline's final loss ÷ its steps"}
 
 
 @dataclass
@@ -190,18 +192,93 @@ def c3(grid: Grid) -> Claim:
     return claim
 
 
-def evaluate(rows: list[dict]) -> list[Claim]:
-    """Every claim's verdict from the aggregated rows of one sweep."""
-    grid = Grid(rows)
-    claims = [c1(grid), c2(grid), c3(grid),
-              Claim("C4", "Plan-Early", "Distillation from a larger teacher does not pay once the teacher's cost "
-                    "is counted.", missing="the sweep plans no distillation trials (a teacher's cost in the row's FLOPs)"),
-              Claim("C5", "SALT", "A smaller teacher used for the first ~15–20% of steps lets a larger student "
-                    "reach the baseline's final quality in ≤ 80% of its steps.",
-                    missing="the sweep plans no SALT pretraining runs"),
-              Claim("C6", "Plan-Early, Table 5", "Fine-tuning the most frequent cluster's expert is within noise of "
-                    "the best expert chosen after fine-tuning all.",
-                    missing="the sweep fine-tunes only the most frequent cluster's expert (no expert axis)")]
+def c4(grid: Grid) -> Claim:
+    claim = Claim("C4", "Plan-Early", "Distillation from a larger teacher does not pay once the teacher's cost is "
+                  "counted: at each cell (domain, in-domain data size, specialization budget), the distilled small "
+                  "model is not better than the best small model of another method that costs no more in total "
+                  "(pretraining + specialization for one domain, the teacher's included).")
+    if not _need(grid, claim, ["distill"]):
+        claim.missing = "the sweep plans no distillation trials (sweep.distill with sweep.large_size)"
+        return claim
+    for student in grid.find(method="distill"):
+        cost = total_cost(student)
+        others = [r for r in grid.find(size=student["size"], domain=student["domain"],
+                                       domain_tokens=student["domain_tokens"])
+                  if r["method"] != "distill" and total_cost(r) <= cost]
+        if others:
+            best = min(others, key=lambda r: r["perplexity"])
+            claim.comparisons.append(compare(
+                f"{student['domain']}, {student['domain_tokens']:,} tokens, {student['specialize_steps']} steps: "
+                f"distilled vs the best at no more cost ({best['method']}, {best['pretrain_steps']} pretraining steps)",
+                student, best, "not lower"))
+    return claim
+
+
+def total_cost(r: dict) -> float:
+    """C_total for one domain: generic pretraining + the domain's own (specialization; SLM-is: its pretraining)."""
+    return r["generic_flops"] + r["per_domain_flops"]
+
+
+SALT_STEPS_SHARE = 0.8  # C5: the SALT student reaches the baseline's final quality in at most this share of its steps
+
+
+def c5(curves: list[dict]) -> Claim:
+    claim = Claim("C5", "SALT", "A smaller teacher used for the first ~15–20% of steps lets a larger student reach "
+                  f"the baseline's final quality (its macro valid loss at its last step) in ≤ {SALT_STEPS_SHARE:g}× "
+                  "the baseline's steps: per seed, the first evaluated step at which the SALT run's loss is at or "
+                  "below the baseline's final loss, over the baseline's steps (a run that never reaches it counts "
+                  "as its whole length, 1.0).")
+    runs: dict[str, dict[int | None, list[dict]]] = {"large": {}, "salt": {}}
+    for c in curves:
+        if c["role"] in runs:
+            runs[c["role"]].setdefault(c["seed"], []).append(c)
+    seeds = sorted(set(runs["large"]) & set(runs["salt"]), key=lambda s: -1 if s is None else s)
+    if not seeds:
+        claim.missing = "the sweep has no SALT run beside its large baseline (sweep.salt_kd_share with sweep.large_size)"
+        return claim
+    shares, interval, name = [], 0, ""
+    for seed in seeds:
+        base = sorted(runs["large"][seed], key=lambda c: c["step"])
+        salt = sorted(runs["salt"][seed], key=lambda c: c["step"])
+        target, total = base[-1]["loss"], base[-1]["step"]
+        reached = next((c["step"] for c in salt if c["loss"] <= target), None)
+        shares.append(reached / total if reached is not None else 1.0)
+        interval, name = salt[0]["step"], salt[0]["run"].removesuffix(seed_tail(seed))
+    a = {"setting": name, "steps_share": statistics.fmean(shares), "steps_share_se": standard_error(shares)}
+    b = {"setting": f"the bound {SALT_STEPS_SHARE:g}", "steps_share": SALT_STEPS_SHARE, "steps_share_se": 0.0}
+    claim.comparisons.append(compare(f"{len(seeds)} seed(s), evaluated every {interval} steps; per seed "
+                                     f"{', '.join(f'{x:.3f}' for x in shares)}", a, b, "lower", "steps_share"))
+    return claim
+
+
+def seed_tail(seed: int | None) -> str:
+    return "" if seed is None else f"-seed{seed}"
+
+
+def c6(rows: list[dict]) -> Claim:
+    claim = Claim("C6", "Plan-Early, Table 5", "Fine-tuning the most frequent cluster's expert is within noise of "
+                  "the best expert chosen after fine-tuning all (SLM-mix, at the cell of the largest pretraining "
+                  "budget, smallest in-domain data size and specialization budget).")
+    experts = [r for r in rows if r.get("expert") is not None]
+    if not experts:
+        claim.missing = "the sweep fine-tunes only the most frequent cluster's expert (sweep.all_experts)"
+        return claim
+    grid = Grid(menu(rows))
+    for domain in sorted({r["domain"] for r in experts}):
+        mine = [r for r in experts if r["domain"] == domain]
+        at = {k: mine[0][k] for k in ("method", "size", "pretrain_steps", "domain_tokens", "specialize_steps")}
+        chosen = grid.one(domain=domain, **at)
+        if chosen:
+            best = min(mine, key=lambda r: r["perplexity"])
+            claim.comparisons.append(compare(f"{domain}: the most frequent cluster's expert vs the best of {len(mine)} "
+                                             f"fine-tuned (expert {best['expert']})", chosen, best, "tie"))
+    return claim
+
+
+def evaluate(rows: list[dict], curves: list[dict] | None = None) -> list[Claim]:
+    """Every claim's verdict from the aggregated rows of one sweep and its pretraining curves."""
+    grid = Grid(menu(rows))
+    claims = [c1(grid), c2(grid), c3(grid), c4(grid), c5(curves or []), c6(rows)]
     for claim in claims:
         claim.verdict = overall(claim.comparisons)
     return claims
@@ -233,8 +310,8 @@ def markdown(claims: list[Claim]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_claims(rows: list[dict], out: Path) -> list[Claim]:
-    claims = evaluate(rows)
+def write_claims(rows: list[dict], out: Path, curves: list[dict] | None = None) -> list[Claim]:
+    claims = evaluate(rows, curves)
     atomic_write_text(out / "claims.md", markdown(claims))
     atomic_write_text(out / "claims.json", json.dumps([asdict(c) for c in claims], indent=2) + "\n")
     return claims

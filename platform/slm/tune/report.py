@@ -20,10 +20,10 @@ from pathlib import Path
 
 from slm.artifacts import atomic_path, atomic_write_text
 from slm.tune.claims import write_claims
-from slm.tune.table import aggregate, difference, finite, ppl, read_table, separable
+from slm.tune.table import aggregate, difference, finite, menu, ppl, read_curves, read_table, separable
 
 METHOD_COLORS = {"generic": "tab:gray", "importance": "tab:green", "dsir": "tab:olive", "mixture": "tab:blue",
-                 "projected": "tab:purple", "soup": "tab:orange"}
+                 "projected": "tab:purple", "soup": "tab:orange", "distill": "tab:red"}
 
 
 def pareto(rows: list[dict], cost: str, quality: str = "perplexity") -> list[dict]:
@@ -116,7 +116,8 @@ def _figure(path: Path, panels: list[tuple[str, list[dict]]], cost, xlabel: str)
 def report(sweep: str | Path, out: str | Path | None = None) -> dict:
     sweep = Path(sweep)
     trials = read_table(sweep)
-    rows = aggregate(trials)
+    every = aggregate(trials)
+    rows = menu(every)
     if not rows:
         raise ValueError(f"{sweep}: the results table has no finished trial to report")
     out = Path(out) if out else sweep / "report"
@@ -134,7 +135,7 @@ def report(sweep: str | Path, out: str | Path | None = None) -> dict:
              for t in sorted({r["domain_tokens"] for r in rows})], total_flops, "total FLOPs for one domain")
     summary = markdown(rows, trials=sum(finite(t["perplexity"]) for t in trials))
     atomic_write_text(out / "summary.md", summary)
-    claims = write_claims(rows, out)
+    claims = write_claims(every, out, read_curves(sweep))
     return {"report": str(out), "plots": sorted(p.name for p in out.glob("*.png")), "rows": len(rows),
             "claims": {c.id: c.verdict for c in claims}}
 

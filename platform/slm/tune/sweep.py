@@ -1,18 +1,26 @@
 """`slm sweep`: a budget sweep on Ray Tune.
 
-1. **Plan** (``plan``): every pretraining run — one per (method, size), one per (size, domain) for SLM-is,
-   whose pretraining set is the domain's CRISP subset — and every specialization trial: (pretraining
-   run, pretraining budget, domain, in-domain tokens, specialization budget). Bad specs fail here,
-   before anything runs: an unknown method or size, a zero budget, a size above the inference budget,
-   a domain with no packed data. ``--dry-run`` prints the plan and its estimated cost.
+1. **Plan** (``plan``): every pretraining run — one per (method, size), one per (size, domain) for SLM-is
+   and DSIR, whose pretraining sets depend on the domain — and every specialization trial: (pretraining
+   run, pretraining budget, domain, in-domain tokens, specialization budget), each once per seed. Beside
+   that grid, the experiments the claims C4–C6 need (``sweep.large_size``, ``distill``, ``salt_kd_share``,
+   ``all_experts``; docs/budgets.md). Bad specs fail here, before anything runs: an unknown method or
+   size, a zero budget, a size above the inference budget, a domain with no packed data. ``--dry-run``
+   prints the plan and its estimated cost.
 2. **Pretraining**, paid once per run: trained to the largest pretraining budget with snapshots at the
-   others (``pretrain.snapshot_steps``); a finished run is skipped, an interrupted one resumes. A
-   sweep's models live in its own folder (``sweeps/<name>/checkpoints``, ``…/specialized``).
-3. **Specialization trials** on Tune: a function trainable per trial, as in Ray's docs, that builds and
-   fits a TorchTrainer (``slm.train.trainer.specialize``) and reports the row; Ray Train's intermediate
-   reports reach Tune (``TuneReportCallback``) so ASHA can stop weak trials. The trainable asks Tune for
-   a token CPU only: its TorchTrainer's workers hold the real resources. An interrupted sweep is resumed
-   with ``Tuner.restore`` and runs only the trials that had not finished.
+   others (``pretrain.snapshot_steps``); a finished run is skipped, an interrupted one resumes. Runs that
+   train in their own process (``pretrain.train.num_workers: 0``) run as Ray tasks, as many at once as
+   the cluster's CPUs (GPUs) allow; SALT's run waits for its teacher's. Ray Train runs go one at a time.
+   A sweep's models live in its own folder (``sweeps/<name>/checkpoints``, ``…/specialized``); every
+   evaluation the runs logged goes to ``curves.parquet`` (C5 reads it).
+3. **Specialization trials** on Tune: a function trainable per trial, as in Ray's docs, that runs
+   ``slm.train.trainer.specialize`` and reports the row. With ``specialize.train.num_workers`` ≥ 1 it
+   builds and fits a TorchTrainer: Ray Train's intermediate reports reach Tune (``TuneReportCallback``)
+   so ASHA can stop weak trials, and the trainable asks Tune for a token CPU only (its workers hold the
+   real resources). With ``num_workers: 0`` the loop trains in the trial's own process, which asks Tune
+   for the CPUs (or GPU) it uses and reports to Tune itself: no Ray Train start-up per trial. Trials run
+   in waves: distillation's trials (wave 2) read the teachers that wave 1 specialized. An interrupted
+   sweep is resumed with ``Tuner.restore`` and runs only the trials that had not finished.
 4. **Results table**: one row per trial, Parquet and CSV, with quality and the three costs.
 """
 
@@ -21,10 +29,11 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from slm.artifacts import atomic_write_json
-from slm.config import ConfigError, JobConfig, config_hash, size_config, to_dict
-from slm.tune.table import write_table
+from slm.config import ConfigError, JobConfig, config_hash, from_dict, size_config, to_dict
+from slm.tune.table import write_curves, write_table
 
 
 class SweepSpecError(ConfigError):
@@ -44,13 +53,28 @@ def seed_suffix(seed: int | None) -> str:
     return "" if seed is None else f"-seed{seed}"
 
 
+def _sizes(cfg: JobConfig, names: list[str]) -> dict[str, dict]:
+    from slm.models.gpt import ModelConfigError
+    from slm.train.budget import dense_flops_per_token
+    from slm.train.trainer import gpt_config
+
+    vocab, seq_len = _vocab_and_seq_len(cfg)
+    sizes = {}
+    for size in names:
+        try:
+            gpt = gpt_config(size_config(size), vocab, seq_len)
+        except ModelConfigError as err:
+            key = "sweep.large_size" if size == cfg.sweep.large_size else "sweep.sizes"
+            raise SweepSpecError(f"config key '{key}': {size!r}: {err}") from err
+        sizes[size] = {"train_flops_per_token": dense_flops_per_token(gpt),
+                       "inference_flops_per_token": dense_flops_per_token(gpt, training=False)}
+    return sizes
+
+
 def plan(cfg: JobConfig, check_data: bool = True) -> dict:
     """Every pretraining run and trial of ``cfg.sweep``, validated, with estimated costs.
     ``check_data=False`` (a dry run on another machine than the cluster's) skips the packed-data checks."""
-    from slm.models.gpt import ModelConfigError
-    from slm.train.budget import dense_flops_per_token
     from slm.train.hardware import planning_peak
-    from slm.train.trainer import gpt_config
 
     sw, run_dir = cfg.sweep, cfg.run.dir
     domains = sw.domains or cfg.resample.all_domains
@@ -59,50 +83,112 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
             raise SweepSpecError(f"config key 'sweep.domains': {d!r} has no packed train data under "
                                  f"{run_dir / cfg.pack.output / 'domain' / d} (pack it with "
                                  f"`slm data pack resample.domain={d} 'pack.sets=[domain]'`)")
-        if "importance" in sw.methods and d != cfg.resample.domain and not (
-                run_dir / cfg.pack.output / "resampled" / d / "crisp" / "data").exists():
-            raise SweepSpecError(f"config key 'sweep.methods': importance for {d!r} needs its CRISP subset "
-                                 f"packed under {run_dir / cfg.pack.output / 'resampled' / d / 'crisp'}")
-    vocab, seq_len = _vocab_and_seq_len(cfg)
-    sizes = {}
+        for method, subset in (("importance", "crisp"), ("dsir", "dsir")):
+            if method in sw.methods and not (run_dir / cfg.pack.output / "resampled" / d / subset / "data").exists():
+                raise SweepSpecError(f"config key 'sweep.methods': {method} for {d!r} needs its {subset} subset "
+                                     f"packed under {run_dir / cfg.pack.output / 'resampled' / d / subset}")
+    sizes = _sizes(cfg, list(dict.fromkeys([*sw.sizes, *([sw.large_size] if sw.large_size else [])])))
     for size in sw.sizes:
-        try:
-            gpt = gpt_config(size_config(size), vocab, seq_len)
-        except ModelConfigError as err:
-            raise SweepSpecError(f"config key 'sweep.sizes': {size!r}: {err}") from err
-        inference = dense_flops_per_token(gpt, training=False)
+        inference = sizes[size]["inference_flops_per_token"]
         if sw.inference_budget and inference > sw.inference_budget:
             raise SweepSpecError(f"config key 'sweep.sizes': {size!r} costs {inference:.3g} inference FLOPs per token, "
                                  f"over sweep.inference_budget={sw.inference_budget:.3g}")
-        sizes[size] = {"train_flops_per_token": dense_flops_per_token(gpt), "inference_flops_per_token": inference}
+    small = min(sw.sizes, key=lambda s: sizes[s]["inference_flops_per_token"])
+    large = sw.large_size
+    if large and sizes[large]["inference_flops_per_token"] <= sizes[small]["inference_flops_per_token"]:
+        raise SweepSpecError(f"config key 'sweep.large_size': {large!r} is not larger than the smallest size {small!r}")
     p_train, s_train = cfg.pretrain.train, cfg.specialize.train
+    _, seq_len = _vocab_and_seq_len(cfg)
     pre_tokens = p_train.batch_size * seq_len * max(1, p_train.num_workers)
     spec_tokens = s_train.batch_size * seq_len * max(1, s_train.num_workers)
-    longest = max(sw.pretrain_steps)
-    runs, trials = [], []
+    longest, budgets = max(sw.pretrain_steps), sorted(set(sw.pretrain_steps))
+    all_tokens, all_k = sorted(set(sw.domain_tokens)), sorted(set(sw.specialize_steps))
+    seeds = sw.seeds or [None]
+    curve_every = sw.curve_every or max(1, longest // 20)
+    runs: list[dict] = []
+    trials: list[dict] = []
+
+    def add_run(name: str, method: str, size: str, domain: str | None, seed: int | None, snapshots: list[int],
+                role: str, teacher: str | None = None, kd_steps: int = 0, eval_every: int = 0) -> None:
+        flops = sizes[size]["train_flops_per_token"] * pre_tokens * longest
+        if teacher:
+            flops += sizes[small]["inference_flops_per_token"] * pre_tokens * kd_steps
+        known = next((r for r in runs if r["name"] == name), None)
+        if known:  # the grid already trains it: the large run's evaluations are added to it
+            known["eval_every"] = known["eval_every"] or eval_every
+            return
+        runs.append({"name": name, "method": method, "size": size, "domain": domain, "seed": seed, "steps": longest,
+                     "snapshots": snapshots, "role": role, "teacher": teacher, "kd_steps": kd_steps,
+                     "eval_every": eval_every, "flops": flops})
+
+    def add_trial(source: str, method: str, size: str, steps: int, domain: str, tokens: int, k: int,
+                  seed: int | None, setting: str, role: str, expert: int | None = None, teacher: str | None = None,
+                  teacher_run: str | None = None, wave: int = 1) -> None:
+        name = setting + seed_suffix(seed)
+        if any(t["name"] == name for t in trials):
+            return
+        flops = sizes[size]["train_flops_per_token"] * spec_tokens * k
+        if teacher:
+            flops += sizes[large]["inference_flops_per_token"] * spec_tokens * k
+        trials.append({"source": source, "method": method, "size": size, "pretrain_steps": steps, "domain": domain,
+                       "domain_tokens": tokens, "specialize_steps": k, "seed": seed, "setting": setting, "name": name,
+                       "role": role, "expert": expert, "teacher": teacher, "teacher_run": teacher_run, "wave": wave,
+                       "flops": flops})
+
+    def on(d: str) -> str:
+        """What names a trial's domain in its setting (a run pretrained for one domain names it already)."""
+        return f"-{d}" if len(domains) > 1 else ""
+
     for method in sw.methods:
         for size in sw.sizes:
             for domain in (domains if method in ("importance", "dsir") else [None]):
                 base = pretrain_name(method, size, domain)
-                for seed in sw.seeds or [None]:
-                    name = base + seed_suffix(seed)
-                    runs.append({"name": name, "method": method, "size": size, "domain": domain, "seed": seed,
-                                 "steps": longest, "snapshots": sorted(set(sw.pretrain_steps)),
-                                 "flops": sizes[size]["train_flops_per_token"] * pre_tokens * longest})
-                    for steps in sorted(set(sw.pretrain_steps)):
+                for seed in seeds:
+                    add_run(base + seed_suffix(seed), method, size, domain, seed, budgets, "grid")
+                    for steps in budgets:
                         for d in ([domain] if domain else domains):
-                            for tokens in sorted(set(sw.domain_tokens)):
-                                for k in sorted(set(sw.specialize_steps)):
-                                    setting = f"{base}-p{steps}-t{tokens}-s{k}"
-                                    trials.append({
-                                        "source": name, "method": method, "size": size, "pretrain_steps": steps,
-                                        "domain": d, "domain_tokens": tokens, "specialize_steps": k, "seed": seed,
-                                        "setting": setting, "name": setting + seed_suffix(seed),
-                                        "flops": sizes[size]["train_flops_per_token"] * spec_tokens * k})
+                            for tokens in all_tokens:
+                                for k in all_k:
+                                    add_trial(base + seed_suffix(seed), method, size, steps, d, tokens, k, seed,
+                                              f"{base}{'' if domain else on(d)}-p{steps}-t{tokens}-s{k}", "grid")
+    student = pretrain_name("generic", small, None)
+    if large:
+        teacher_base = pretrain_name("generic", large, None)
+        for seed in seeds:
+            add_run(teacher_base + seed_suffix(seed), "generic", large, None, seed, [longest], "large",
+                    eval_every=curve_every)
+        if sw.salt_kd_share:
+            kd_steps = max(1, round(sw.salt_kd_share * longest))
+            for seed in seeds:
+                add_run(f"salt-{large}" + seed_suffix(seed), "generic", large, None, seed, [longest], "salt",
+                        teacher=student + seed_suffix(seed), kd_steps=kd_steps, eval_every=curve_every)
+        if sw.distill:
+            for seed in seeds:
+                for d in domains:
+                    for tokens in all_tokens:
+                        for k in all_k:
+                            cell = f"{on(d).lstrip('-')}{'-' if on(d) else ''}p{longest}-t{tokens}-s{k}"
+                            add_trial(teacher_base + seed_suffix(seed), "generic", large, longest, d, tokens, k, seed,
+                                      f"{teacher_base}-{cell}", "teacher")
+                            add_trial(student + seed_suffix(seed), "distill", small, longest, d, tokens, k, seed,
+                                      f"distill-{small}-from-{large}-{cell}", "distill",
+                                      teacher=f"{teacher_base}-{cell}" + seed_suffix(seed),
+                                      teacher_run=teacher_base + seed_suffix(seed), wave=2)
+    if sw.all_experts:
+        experts = cfg.pretrain.model.n_experts or cfg.cluster.k
+        base = pretrain_name("mixture", small, None)
+        for seed in seeds:
+            for d in domains:
+                cell = f"{on(d).lstrip('-')}{'-' if on(d) else ''}p{longest}-t{all_tokens[0]}-s{all_k[0]}"
+                for e in range(experts):
+                    add_trial(base + seed_suffix(seed), "mixture", small, longest, d, all_tokens[0], all_k[0], seed,
+                              f"{base}-{cell}-e{e}", "experts", expert=e)
+    # A teacher trains before its student: SALT's runs after the grid's.
+    runs.sort(key=lambda r: r["teacher"] is not None)
     total = sum(r["flops"] for r in runs) + sum(t["flops"] for t in trials)
     peak = planning_peak(p_train)
     device_flops = peak.flops * sw.assumed_mfu
-    return {"runs": runs, "trials": trials, "sizes": sizes,
+    return {"runs": runs, "trials": trials, "sizes": sizes, "small": small, "large": large or None,
             "estimate": {"pretrain_flops": sum(r["flops"] for r in runs),
                          "specialize_flops": sum(t["flops"] for t in trials), "total_flops": total,
                          "device_seconds": total / device_flops, "assumed_mfu": sw.assumed_mfu,
@@ -120,9 +206,11 @@ def _vocab_and_seq_len(cfg: JobConfig) -> tuple[int, int]:
 def format_plan(p: dict) -> str:
     lines = [f"{len(p['runs'])} pretraining runs (each to its largest budget, snapshots at the others):"]
     lines += [f"  {r['name']:<32} {r['steps']:>7} steps  snapshots {r['snapshots']}  {r['flops']:.3g} FLOPs"
+              + (f"  teacher {r['teacher']} for {r['kd_steps']} steps" if r["teacher"] else "")
               for r in p["runs"]]
     lines.append(f"{len(p['trials'])} specialization trials:")
-    lines += [f"  {t['name']:<48} domain {t['domain']:<12} {t['flops']:.3g} FLOPs" for t in p["trials"]]
+    lines += [f"  {t['name']:<48} domain {t['domain']:<12} {t['flops']:.3g} FLOPs"
+              + (f"  wave {t['wave']}, teacher {t['teacher']}" if t["teacher"] else "") for t in p["trials"]]
     e = p["estimate"]
     lines.append(f"estimated cost: {e['pretrain_flops']:.3g} FLOPs pretraining + {e['specialize_flops']:.3g} "
                  f"specialization = {e['total_flops']:.3g} FLOPs ≈ {e['device_seconds'] / 3600:.3g} device-hours "
@@ -134,71 +222,152 @@ def format_plan(p: dict) -> str:
 # ------------------------------------------------------------------------------------------ running
 
 
-def _pretrain_overrides(run: dict, sw) -> list[str]:
+def with_values(cfg: JobConfig, values: dict[str, Any]) -> JobConfig:
+    """``cfg`` with the dotted keys of ``values`` set (typed values, checked as a config file's are)."""
+    data = to_dict(cfg)
+    for key, value in values.items():
+        *path, last = key.split(".")
+        node = data
+        for part in path:
+            node = node[part]
+        node[last] = value
+    return from_dict(JobConfig, data)
+
+
+def run_config(cfg: JobConfig, run: dict) -> JobConfig:
+    """The job a sweep's pretraining run is: its method, size, budget, snapshots, seed, teacher."""
     model = size_config(run["size"])
-    out = [f"pretrain.method={run['method']}", f"pretrain.name={run['name']}",
-           f"pretrain.model.depth={model.depth}", f"pretrain.model.preset={model.preset}",
-           f"pretrain.train.budget={{steps: {run['steps']}}}", f"pretrain.snapshot_steps={run['snapshots']}"]
+    values: dict[str, Any] = {
+        "pretrain.method": run["method"], "pretrain.name": run["name"], "pretrain.model.depth": model.depth,
+        "pretrain.model.preset": model.preset, "pretrain.train.budget": {"steps": run["steps"]},
+        "pretrain.snapshot_steps": run["snapshots"]}
     if run["domain"]:
-        out.append(f"resample.domain={run['domain']}")
+        values["resample.domain"] = run["domain"]
     if run["seed"] is not None:
-        out.append(f"pretrain.train.seed={run['seed']}")
-    return out
+        values["pretrain.train.seed"] = run["seed"]
+    if run["eval_every"]:
+        values["pretrain.train.eval_every"] = run["eval_every"]
+    if run["teacher"]:
+        values["pretrain.teacher.checkpoint"] = str(cfg.run.dir / cfg.pretrain.output / run["teacher"] / "model.safetensors")
+        values["pretrain.teacher.kd_steps"] = run["kd_steps"]
+    return with_values(cfg, values)
 
 
-def _with(cfg: JobConfig, overrides: list[str]) -> JobConfig:
-    from slm.config import apply_overrides, from_dict
+def _pretrain_task(job: dict, *teachers) -> str:
+    """One pretraining run in a Ray task (``teachers``: the runs it waits for, already finished)."""
+    from slm.train.trainer import pretrain
 
-    return from_dict(JobConfig, apply_overrides(to_dict(cfg), overrides))
+    cfg = from_dict(JobConfig, job)
+    pretrain(cfg, cfg.run.dir)
+    return cfg.pretrain.run_name
+
+
+def pretrain_all(cfg: JobConfig, runs: list[dict]) -> None:
+    """Every pretraining run of the plan. Ray Train runs go one at a time from this driver; runs in their
+    own process are Ray tasks, as many at once as the cluster's resources allow, a SALT run after its
+    teacher (Ray passes the teacher's result as the task's argument, so it waits for it)."""
+    import ray
+
+    from slm.train.trainer import pretrain, pretrain_data, valid_sets
+
+    train = cfg.pretrain.train
+    if train.num_workers:
+        for run in runs:
+            run_cfg = run_config(cfg, run)
+            pretrain(run_cfg, run_cfg.run.dir)
+        return
+    # The arrays every run memory-maps, made here once rather than by two tasks at the same time.
+    for run in runs:
+        pretrain_data(run_config(cfg, run), cfg.run.dir)
+    valid_sets(cfg.run.dir, cfg, list(cfg.corpus.domains))
+    task = ray.remote(_pretrain_task).options(num_cpus=train.cpus_per_worker, num_gpus=1 if train.use_gpu else 0,
+                                              max_retries=0)
+    refs: dict[str, ray.ObjectRef] = {}
+    for run in runs:
+        teachers = [refs[run["teacher"]]] if run["teacher"] in refs else []
+        refs[run["name"]] = task.remote(to_dict(run_config(cfg, run)), *teachers)
+    ray.get(list(refs.values()))
+
+
+def trial_config(job: dict, t: dict) -> JobConfig:
+    """The job a trial is: the snapshot it specializes, its domain, data and step budgets, seed, expert
+    (C6) and teacher (distillation: wave 1's specialized large model for the same cell and seed)."""
+    from slm.train.callbacks import snapshot_path
+
+    cfg = from_dict(JobConfig, job)
+    values: dict[str, Any] = {
+        "specialize.source": str(snapshot_path(cfg.run.dir / cfg.pretrain.output / t["source"], t["pretrain_steps"])),
+        "specialize.name": t["name"], "specialize.domain": t["domain"], "specialize.domain_tokens": t["domain_tokens"],
+        "specialize.train.budget": {"steps": t["specialize_steps"]}}
+    if t["seed"] is not None:
+        values["specialize.train.seed"] = t["seed"]
+    if t["expert"] is not None:
+        values["specialize.expert"] = t["expert"]
+    if t["teacher"]:
+        values["specialize.teacher.checkpoint"] = str(teacher_folder(cfg, t) / "model.safetensors")
+    return with_values(cfg, values)
+
+
+def teacher_folder(cfg: JobConfig, t: dict) -> Path:
+    return cfg.run.dir / cfg.specialize.output / t["domain"] / t["teacher"]
 
 
 def specialize_trial(config: dict) -> None:
-    """The Tune function trainable: one specialization of one snapshot, on its own TorchTrainer."""
+    """The Tune function trainable: one specialization of one snapshot."""
     import ray.tune
 
-    from slm.train.callbacks import snapshot_path
+    from slm.artifacts import read_manifest
     from slm.train.trainer import specialize
 
-    t, job = config["trial"], config["job"]
-    snapshot = snapshot_path(Path(job["run"]["root"]).expanduser() / job["run"]["name"] / job["pretrain"]["output"]
-                             / t["source"], t["pretrain_steps"])
-    cfg = _with(_from_job(job), [f"specialize.source={snapshot}", f"specialize.name={t['name']}",
-                                 f"specialize.domain={t['domain']}", f"specialize.domain_tokens={t['domain_tokens']}",
-                                 f"specialize.train.budget={{steps: {t['specialize_steps']}}}",
-                                 *([f"specialize.train.seed={t['seed']}"] if t["seed"] is not None else [])])
+    t = config["trial"]
+    cfg = trial_config(config["job"], t)
     log = Path(config["trials_log"])
     with log.open("a") as f:  # an audit line per trial start: what a restored sweep ran again
         f.write(json.dumps({"trial": t["name"], "started": time.time()}) + "\n")
     m = specialize(cfg, cfg.run.dir)
-    ray.tune.report(row(t, m, json.loads(Path(config["snapshots"][t["source"]]).read_text())))
+    teacher = read_manifest(teacher_folder(cfg, t)) if t["teacher"] else None
+    ray.tune.report(row(t, m, json.loads(Path(config["snapshots"][t["source"]]).read_text()), teacher,
+                        json.loads(Path(config["snapshots"][t["teacher_run"]]).read_text()) if teacher else None))
 
 
-def _from_job(job: dict) -> JobConfig:
-    from slm.config import from_dict
-
-    return from_dict(JobConfig, job)
-
-
-def row(t: dict, m: dict, snapshots: dict) -> dict:
+def row(t: dict, m: dict, snapshots: dict, teacher: dict | None = None, teacher_snapshots: dict | None = None) -> dict:
+    """A trial's line of the results table. A distilled student's costs include its teacher's: the large
+    model's pretraining is generic (paid once), its specialization per domain."""
     snap = snapshots[str(t["pretrain_steps"])]
     pre, spec = snap["cost"], m["cost"]
     domain_specific = t["method"] in ("importance", "dsir")  # SLM-is: C_generic = 0, all of it per domain
+    pre_flops, pre_seconds = pre["flops"], pre["device_seconds"]
+    spec_flops, spec_seconds = spec["flops"], spec["device_seconds"]
+    if teacher is not None:
+        teacher_pre = teacher_snapshots[str(t["pretrain_steps"])]["cost"]
+        pre_flops, pre_seconds = pre_flops + teacher_pre["flops"], pre_seconds + teacher_pre["device_seconds"]
+        spec_flops += teacher["cost"]["flops"]
+        spec_seconds += teacher["cost"]["device_seconds"]
     d = t["domain"]
     return {
-        "trial": t["name"], "setting": t["setting"], "seed": t["seed"], "method": t["method"], "size": t["size"], "params": m["params"],
+        "trial": t["name"], "setting": t["setting"], "seed": t["seed"], "method": t["method"], "size": t["size"],
+        "expert": t["expert"], "params": m["params"],
         "inference_flops_per_token": m["inference_flops_per_token"], "pretrain_steps": t["pretrain_steps"],
-        "pretrain_flops": pre["flops"], "pretrain_device_seconds": pre["device_seconds"],
-        "generic_flops": 0.0 if domain_specific else pre["flops"],
-        "generic_device_seconds": 0.0 if domain_specific else pre["device_seconds"],
+        "pretrain_flops": pre_flops, "pretrain_device_seconds": pre_seconds,
+        "generic_flops": 0.0 if domain_specific else pre_flops,
+        "generic_device_seconds": 0.0 if domain_specific else pre_seconds,
         "domain": d, "domain_tokens": t["domain_tokens"], "specialize_steps": t["specialize_steps"],
-        "specialize_flops": spec["flops"], "specialize_device_seconds": spec["device_seconds"],
-        "per_domain_flops": spec["flops"] + (pre["flops"] if domain_specific else 0.0),
-        "per_domain_device_seconds": spec["device_seconds"] + (pre["device_seconds"] if domain_specific else 0.0),
+        "specialize_flops": spec_flops, "specialize_device_seconds": spec_seconds,
+        "per_domain_flops": spec_flops + (pre_flops if domain_specific else 0.0),
+        "per_domain_device_seconds": spec_seconds + (pre_seconds if domain_specific else 0.0),
         "perplexity": m["eval"][d]["perplexity"], "accuracy": m["eval"][d]["accuracy"],
         "perplexity_before": m["eval_before"][d]["perplexity"], "accuracy_before": m["eval_before"][d]["accuracy"],
         # what a scheduler compares (ASHA's intermediate reports carry the training loss at "step")
         "loss": m["eval"][d]["loss"], "step": t["specialize_steps"],
     }
+
+
+def trial_resources(train) -> dict:
+    """What a trial asks Tune for: a token CPU when its TorchTrainer's workers hold the real resources
+    (Ray's docs' pattern), else what its loop uses in the trial's own process (``num_workers: 0``)."""
+    if train.num_workers:
+        return {"cpu": 0.01}
+    return {"cpu": train.cpus_per_worker, "gpu": 1 if train.use_gpu else 0}
 
 
 def concurrency(cfg: JobConfig) -> int:
@@ -213,42 +382,16 @@ def concurrency(cfg: JobConfig) -> int:
     return max(1, int(resources.get("CPU", 1) // (max(1, t.num_workers) * t.cpus_per_worker)))
 
 
-def run_sweep(cfg: JobConfig) -> dict:
-    """Plan, pretrain what is missing, run (or resume) the trials on Tune, write the results table."""
+def run_wave(cfg: JobConfig, trials: list[dict], wave: int, snapshots: dict[str, str], out: Path) -> list:
+    """One wave of trials on Tune (restored if an earlier invocation started it); its results."""
     import ray.tune
     from ray.tune import RunConfig as TuneRunConfig
     from ray.tune import TuneConfig, Tuner
 
-    from slm.runtime import init_ray
-    from slm.train.callbacks import snapshot_path
-    from slm.train.trainer import pretrain
-
-    # Tune runs each trial in its own folder: every path a trial reads must be absolute. A sweep's runs
-    # live under its own folder, so that they never overwrite the run directory's other checkpoints.
-    here = f"{cfg.sweep.output}/{cfg.sweep.name}"
-    cfg = _with(cfg, [f"run.root={Path(cfg.run.root).expanduser().resolve()}",
-                      f"corpus.dir={Path(cfg.corpus.dir).expanduser().resolve()}",
-                      f"pretrain.output={here}/checkpoints", f"specialize.output={here}/specialized"])
-    p = plan(cfg)
-    print(format_plan(p), flush=True)
-    out = sweep_dir(cfg)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "plan.json", p)
-    init_ray(cfg.ray)
-    snapshots = {}
-    for run in p["runs"]:
-        pre_cfg = _with(cfg, _pretrain_overrides(run, cfg.sweep))
-        pretrain(pre_cfg, pre_cfg.run.dir)
-        output = cfg.run.dir / cfg.pretrain.output / run["name"]
-        missing = [s for s in run["snapshots"] if not snapshot_path(output, s).exists()]
-        if missing:  # fail here, not in every trial that would start from them
-            raise RuntimeError(f"sweep: pretraining run {run['name']} finished without snapshots at steps {missing} "
-                               f"in {output / 'snapshots'}; delete {output} and rerun")
-        snapshots[run["name"]] = str(output / "snapshots" / "snapshots.json")
     storage = cfg.sweep.storage_path or str((out / "tune").resolve())
-    trainable = ray.tune.with_resources(specialize_trial, {"cpu": 0.01})  # its TorchTrainer holds the CPUs
+    trainable = ray.tune.with_resources(specialize_trial, trial_resources(cfg.specialize.train))
     # The experiment is keyed on the plan: a changed spec starts afresh instead of restoring another one.
-    name = f"{cfg.sweep.name}-{config_hash({'trials': p['trials'], 'specialize': to_dict(cfg.specialize)})[:8]}"
+    name = f"{cfg.sweep.name}-w{wave}-{config_hash({'trials': trials, 'specialize': to_dict(cfg.specialize)})[:8]}"
     experiment = f"{storage.rstrip('/')}/{name}"
     if Tuner.can_restore(experiment):
         print(f"[sweep] resuming {experiment}: only unfinished trials run", flush=True)
@@ -261,19 +404,61 @@ def run_sweep(cfg: JobConfig) -> dict:
             scheduler = ASHAScheduler(time_attr="step", max_t=max(cfg.sweep.specialize_steps), grace_period=1)
         tuner = Tuner(
             trainable,
-            param_space={"trial": ray.tune.grid_search(p["trials"]), "job": to_dict(cfg), "snapshots": snapshots,
+            param_space={"trial": ray.tune.grid_search(trials), "job": to_dict(cfg), "snapshots": snapshots,
                          "trials_log": str((out / "trials.log").resolve())},
+            # Trials that train in their own process reuse it for the next trial: no new Python, torch
+            # and slm imports per trial (a few seconds each, against trials of a few seconds).
             tune_config=TuneConfig(metric="loss" if scheduler else None, mode="min" if scheduler else None,
-                                   scheduler=scheduler, max_concurrent_trials=concurrency(cfg)),
+                                   scheduler=scheduler, max_concurrent_trials=concurrency(cfg),
+                                   reuse_actors=not cfg.specialize.train.num_workers),
             run_config=TuneRunConfig(name=name, storage_path=storage),
         )
-    grid = tuner.fit()
-    rows = [r.metrics for r in grid if r.metrics and "perplexity" in r.metrics]
-    failed = [str(r.error) for r in grid if r.error]
-    table = write_table(rows, out)
-    print(f"[sweep] {len(rows)} of {len(p['trials'])} trials finished; results in {table}", flush=True)
+    return list(tuner.fit())
+
+
+def run_sweep(cfg: JobConfig) -> dict:
+    """Plan, pretrain what is missing, run (or resume) the trials on Tune, write the results table."""
+    from slm.runtime import init_ray
+    from slm.train.callbacks import snapshot_path
+    from slm.train.trainer import packed
+
+    # Tune runs each trial in its own folder: every path a trial reads must be absolute. A sweep's runs
+    # live under its own folder, so that they never overwrite the run directory's other checkpoints.
+    here = f"{cfg.sweep.output}/{cfg.sweep.name}"
+    cfg = with_values(cfg, {"run.root": str(Path(cfg.run.root).expanduser().resolve()),
+                            "corpus.dir": str(Path(cfg.corpus.dir).expanduser().resolve()),
+                            "pretrain.output": f"{here}/checkpoints", "specialize.output": f"{here}/specialized"})
+    p = plan(cfg)
+    print(format_plan(p), flush=True)
+    out = sweep_dir(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "plan.json", p)
+    init_ray(cfg.ray)
+    pretrain_all(cfg, p["runs"])
+    snapshots = {}
+    for run in p["runs"]:
+        output = cfg.run.dir / cfg.pretrain.output / run["name"]
+        missing = [s for s in run["snapshots"] if not snapshot_path(output, s).exists()]
+        if missing:  # fail here, not in every trial that would start from them
+            raise RuntimeError(f"sweep: pretraining run {run['name']} finished without snapshots at steps {missing} "
+                               f"in {output / 'snapshots'}; delete {output} and rerun")
+        snapshots[run["name"]] = str(output / "snapshots" / "snapshots.json")
+    write_curves(p["runs"], cfg.run.dir / cfg.pretrain.output, out)
+    for domain in sorted({t["domain"] for t in p["trials"]}):  # the arrays trials read, made once
+        packed(cfg.run.dir, cfg, f"domain/{domain}")
+    results, failed = [], []
+    for wave in sorted({t["wave"] for t in p["trials"]}):
+        trials = [t for t in p["trials"] if t["wave"] == wave]
+        grid = run_wave(cfg, trials, wave, snapshots, out)
+        results += [r.metrics for r in grid if r.metrics and "perplexity" in r.metrics]
+        failed += [str(r.error) for r in grid if r.error]
+        if failed:  # a later wave reads this one's models
+            break
+    table = write_table(results, out)
+    print(f"[sweep] {len(results)} of {len(p['trials'])} trials finished; results in {table}", flush=True)
     if failed:  # the table keeps what finished; the stage fails so that scripts and CI see it
-        raise RuntimeError(f"sweep: {len(failed)} of {len(p['trials'])} trials failed (the results table holds the "
-                           f"{len(rows)} that finished; rerun the same command to retry only them). First error:\n"
-                           f"{failed[0][-2000:]}")
-    return {"trials": len(p["trials"]), "finished": len(rows), "failed": len(failed), "results": str(table)}
+        raise RuntimeError(f"sweep: {len(failed)} trials failed (the results table holds the {len(results)} of "
+                           f"{len(p['trials'])} that finished; rerun the same command to retry only them). "
+                           f"First error:\n{failed[0][-2000:]}")
+    return {"trials": len(p["trials"]), "finished": len(results), "failed": len(failed), "results": str(table)}
+

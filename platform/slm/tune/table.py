@@ -17,7 +17,7 @@ from pathlib import Path
 
 from slm.artifacts import atomic_path
 
-COLUMNS = ["method", "size", "params", "inference_flops_per_token", "pretrain_steps", "pretrain_flops",
+COLUMNS = ["method", "size", "expert", "params", "inference_flops_per_token", "pretrain_steps", "pretrain_flops",
            "pretrain_device_seconds", "generic_flops", "generic_device_seconds", "domain", "domain_tokens",
            "specialize_steps", "specialize_flops", "specialize_device_seconds", "per_domain_flops",
            "per_domain_device_seconds", "perplexity", "accuracy", "perplexity_before", "accuracy_before",
@@ -27,8 +27,8 @@ MEANS = ["pretrain_flops", "pretrain_device_seconds", "generic_flops", "generic_
          "specialize_device_seconds", "per_domain_flops", "per_domain_device_seconds", "perplexity", "accuracy",
          "perplexity_before", "accuracy_before"]
 # The same for every seed of a setting.
-SETTING = ["method", "size", "params", "inference_flops_per_token", "pretrain_steps", "domain", "domain_tokens",
-           "specialize_steps"]
+SETTING = ["method", "size", "expert", "params", "inference_flops_per_token", "pretrain_steps", "domain",
+           "domain_tokens", "specialize_steps"]
 SEPARABLE_SE = 2.0  # a difference of at least this many standard errors is separable
 
 
@@ -62,7 +62,52 @@ def read_table(sweep: str | Path) -> list[dict]:
     for r in rows:
         if "setting" not in r:
             r["setting"], r["seed"] = r["trial"], None
+        r.setdefault("expert", None)  # tables written before the C6 experiment
     return rows
+
+
+def menu(rows: list[dict]) -> list[dict]:
+    """The settings a user chooses among (plots, summaries, ``slm advise``): not the C6 experiment's
+    every-expert fine-tunings, which only a look at the valid split after fine-tuning them all could pick."""
+    return [r for r in rows if r.get("expert") is None]
+
+
+def write_curves(runs: list[dict], checkpoints: Path, out: Path) -> Path:
+    """Every evaluation the pretraining runs logged (``metrics.jsonl`` rows with ``eval.macro.*``: the
+    macro average over the valid domains of the model each domain is served by), a row each, in
+    ``curves.parquet``: how each run's valid loss fell with its steps (C5, the saturation check)."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = []
+    for run in runs:
+        log = checkpoints / run["name"] / "logs" / "metrics.jsonl"
+        seen: dict[int, dict] = {}  # a resumed run logs the steps after its checkpoint twice: keep the last
+        for line in log.read_text().splitlines() if log.exists() else []:
+            m = json.loads(line)
+            if "eval.macro.loss" in m:
+                seen[m["step"]] = m
+        for step, m in sorted(seen.items()):
+            rows.append({"run": run["name"], "role": run["role"], "method": run["method"], "size": run["size"],
+                         "seed": run["seed"], "step": step, "tokens": m["tokens"], "flops": m["flops"],
+                         "loss": m["eval.macro.loss"], "perplexity": m["eval.macro.perplexity"],
+                         "accuracy": m["eval.macro.accuracy"]})
+    schema = pa.schema([(c, pa.string()) for c in ("run", "role", "method", "size")] + [
+        ("seed", pa.int64()), ("step", pa.int64()), ("tokens", pa.int64()), ("flops", pa.float64()),
+        ("loss", pa.float64()), ("perplexity", pa.float64()), ("accuracy", pa.float64())])
+    with atomic_path(out / "curves.parquet") as tmp:
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
+    return out / "curves.parquet"
+
+
+def read_curves(sweep: str | Path) -> list[dict]:
+    """A sweep's curves table (empty for a sweep that wrote none)."""
+    import pyarrow.parquet as pq
+
+    path = Path(sweep) / "curves.parquet"
+    return pq.read_table(path).to_pylist() if path.exists() else []
 
 
 def aggregate(rows: list[dict]) -> list[dict]:
