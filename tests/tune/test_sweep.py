@@ -88,6 +88,27 @@ def test_the_claims_experiments_are_planned_beside_the_grid(tmp_path):
         spec("sweep.methods=[generic]", "sweep.all_experts=true")
 
 
+def test_a_trials_config_is_built_from_typed_values_not_override_strings(tmp_path):
+    """A snapshot path with ': ' and ' #' in it (which YAML-parsed override strings broke) reaches the
+    trial's config as it is; a distillation trial gets wave 1's teacher; a wrong type still fails."""
+    from slm.config import to_dict
+    from slm.tune.sweep import trial_config, with_values
+
+    root = tmp_path / "odd: name #1"
+    cfg = with_values(load_job(None, []), {"run.root": str(root)})
+    t = {"source": "generic-d1-seed0", "pretrain_steps": 20, "name": "distill-x-seed0", "domain": "legal",
+         "domain_tokens": 1000, "specialize_steps": 5, "seed": 0, "expert": None, "teacher": "generic-d2-x-seed0"}
+    trial = trial_config(to_dict(cfg), t)
+    assert trial.specialize.source == str(root / "default" / "checkpoints" / "generic-d1-seed0" / "snapshots"
+                                          / "step-00000020.safetensors")
+    assert trial.specialize.teacher.checkpoint == str(root / "default" / "specialized" / "legal" / "generic-d2-x-seed0"
+                                                      / "model.safetensors")
+    assert (trial.specialize.train.budget.steps, trial.specialize.train.budget.tokens) == (5, 0)
+    assert trial.specialize.train.seed == 0 and trial.specialize.expert == -1
+    with pytest.raises(ConfigError, match="specialize.domain_tokens"):
+        with_values(cfg, {"specialize.domain_tokens": "many"})
+
+
 ROWS = [  # hand-checkable: FLOPs in units, perplexities chosen so the answer is obvious
     dict(trial="a", method="generic", size="d2", inference_flops_per_token=10, domain="legal", domain_tokens=1000,
          generic_flops=100, per_domain_flops=10, generic_device_seconds=1, per_domain_device_seconds=1,

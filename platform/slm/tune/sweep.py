@@ -114,8 +114,8 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
         if teacher:
             flops += sizes[small]["inference_flops_per_token"] * pre_tokens * kd_steps
         known = next((r for r in runs if r["name"] == name), None)
-        if known:  # the grid already trains it: the large run's evaluations are added to it
-            known["eval_every"] = known["eval_every"] or eval_every
+        if known:  # the grid already trains it: it becomes the large run, with the large run's evaluations
+            known.update(role=role, eval_every=known["eval_every"] or eval_every)
             return
         runs.append({"name": name, "method": method, "size": size, "domain": domain, "seed": seed, "steps": longest,
                      "snapshots": snapshots, "role": role, "teacher": teacher, "kd_steps": kd_steps,
