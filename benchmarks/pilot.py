@@ -44,6 +44,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run (runs go in parallel)")
+    ap.add_argument("--seed", type=int, default=0, help="the runs' training seed (init and data order)")
     ap.add_argument("--out")
     args = ap.parse_args()
 
@@ -72,13 +73,15 @@ def main() -> None:
     generic = json.loads((text / "manifest.json").read_text())
 
     def name(size: str, steps: int) -> str:
-        return f"pilot-{size}-s{steps}" if args.batch == 8 else f"pilot-{size}-b{args.batch}-s{steps}"
+        return (f"pilot-{size}-s{steps}" if args.batch == 8 else f"pilot-{size}-b{args.batch}-s{steps}") \
+            + (f"-seed{args.seed}" if args.seed else "")
 
     def job(size: str, steps: int):
         return load_job(None, common + [
             f"pretrain.name={name(size, steps)}", f"pretrain.data={text}", f"pretrain.model.depth={int(size[1:])}",
             "pretrain.train.num_workers=0", f"pretrain.train.torch_threads={args.threads}",
             f"pretrain.train.batch_size={args.batch}", f"pretrain.train.budget.steps={steps}",
+            f"pretrain.train.seed={args.seed}",
             f"pretrain.train.optim.lr={args.lr}", f"pretrain.train.optim.warmup_steps={max(10, steps // 20)}",
             f"pretrain.train.log_every={max(10, steps // 20)}", "pretrain.train.checkpoint_every=0",
             "pretrain.train.eval_tokens=65536"])
@@ -94,7 +97,7 @@ def main() -> None:
     result: dict = {"machine": {"cpus": os.cpu_count()}, "protocol": {
         "data": "every generic document of the corpus, packed from the text", "sequences": generic["sequences"],
         "tokens": generic["tokens"], "vocab": args.vocab, "seq_len": args.seq_len, "batch": args.batch,
-        "lr": args.lr, "runs": "one per budget, warm-up then cosine decay over it", "seed": 0,
+        "lr": args.lr, "runs": "one per budget, warm-up then cosine decay over it", "seed": args.seed,
         "threads_per_run": args.threads, "runs_at_once": max(1, (os.cpu_count() or 1) // args.threads),
         "valid_loss": "mean over the domains' valid splits of log perplexity", "saturated_below": SATURATED},
         # This invocation's data preparation (0 when an earlier one made it) and the packing of the
