@@ -244,9 +244,6 @@ class PackConfig:
 # ------------------------------------------------------------------------------------------ training
 
 
-METHODS = ["generic", "importance", "dsir", "mixture", "projected", "soup"]
-
-
 @dataclass
 class ModelConfig:
     """The model a run trains: a GPT preset (or nanochat's depth dial) and the method's architecture."""
@@ -403,7 +400,7 @@ class TrainConfig:
 class PretrainConfig:
     """Pretraining one method at one size: what `slm run` stage `pretrain` trains."""
 
-    method: Literal["generic", "importance", "dsir", "mixture", "projected", "soup"] = "generic"
+    method: str = "generic"  # a registered method (slm.methods; checked when the job is loaded)
     name: str = ""  # default: <method>-<size>; outputs in <run dir>/checkpoints/<name>/
     data: str = ""  # packed folder; default: packed/generic, or packed/resampled/<domain>/<crisp|dsir>
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -469,8 +466,7 @@ class SweepConfig:
     come from the job's ``pretrain`` and ``specialize`` sections."""
 
     name: str = "sweep"
-    methods: list[Literal["generic", "importance", "dsir", "mixture", "projected", "soup"]] = field(
-        default_factory=lambda: ["generic", "importance", "mixture", "projected", "soup"])
+    methods: list[str] = field(default_factory=list)  # registered methods (slm.methods); []: every one
     sizes: list[str] = field(default_factory=lambda: ["d2"])  # d<depth> or a preset name
     pretrain_steps: list[int] = field(default_factory=lambda: [50, 100])  # pretraining budgets
     domains: list[str] = field(default_factory=list)  # default: resample.domains, else [resample.domain]
@@ -502,7 +498,7 @@ class SweepConfig:
     output: str = "sweeps"  # <run dir>/sweeps/<name>/: results.parquet, results.csv, report/
 
     def validate(self, prefix: str = "") -> None:
-        for key in ("methods", "sizes", "pretrain_steps", "domain_tokens", "specialize_steps"):
+        for key in ("sizes", "pretrain_steps", "domain_tokens", "specialize_steps"):
             if not getattr(self, key):
                 raise ConfigError(f"config key '{prefix}{key}': the sweep needs at least one value")
         for key in ("pretrain_steps", "domain_tokens", "specialize_steps"):
@@ -518,11 +514,6 @@ class SweepConfig:
         if (self.distill or self.salt_kd_share) and not self.large_size:
             raise ConfigError(f"config key '{prefix}large_size': distillation and SALT need a larger model "
                               f"(a size name, e.g. d2)")
-        if (self.distill or self.salt_kd_share) and "generic" not in self.methods:
-            raise ConfigError(f"config key '{prefix}methods': distillation's student and SALT's teacher are the "
-                              f"generic small model: add generic")
-        if self.all_experts and "mixture" not in self.methods:
-            raise ConfigError(f"config key '{prefix}all_experts': needs mixture in sweep.methods")
         if self.curve_every < 0:
             raise ConfigError(f"config key '{prefix}curve_every': must be ≥ 0, got {self.curve_every}")
 

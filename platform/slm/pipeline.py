@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from slm import methods
 from slm.artifacts import atomic_write_json, atomic_write_text, write_manifest
 from slm.config import ConfigError, JobConfig, config_hash, dump_yaml
 
@@ -219,6 +220,7 @@ def run_job(cfg: JobConfig) -> dict[str, dict]:
     from slm.runtime import PeakMemory, shutdown_ray
 
     check_stages(cfg)
+    methods.check_job(cfg)
     run_dir = cfg.run.dir
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))

@@ -8,7 +8,7 @@ and specialization, student and teacher compute with the same numerics on the sa
   bfloat16 weights: parameters, gradients, optimizer state, the loss, softmax and KD stay float32.
   ``auto`` picks it where the device computes bfloat16 natively (``slm.runtime.native_bf16``).
 - **Compilation** (``train.compile``): ``torch.compile`` of the units each method runs per step
-  (``slm.models.registry.compile_units``), with Inductor's on-disk caches in ``train.compile_cache_dir``
+  (``Method.compile_units``), with Inductor's on-disk caches in ``train.compile_cache_dir``
   so a machine compiles a graph once, whatever its worker or trial count.
 - **Peak FLOP/s** (``train.peak_flops: auto``): datasheet peaks for known GPUs, else a matmul probe in
   the precision in use, measured once per machine and thread count and cached.

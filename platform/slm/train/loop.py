@@ -21,13 +21,22 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from slm.config import BudgetConfig, LoraConfig, OptimConfig, TeacherConfig, TrainConfig, from_dict
+from slm import methods
+from slm.config import (
+    BudgetConfig,
+    LoraConfig,
+    ModelConfig,
+    OptimConfig,
+    TeacherConfig,
+    TrainConfig,
+    from_dict,
+)
+from slm.data.samplers import UniformSampler
 from slm.models.gpt import GPT, load_dense
-from slm.models.registry import DENSE_METHODS, build_model, compile_units, instantiate, save_model
 from slm.train import callbacks as cb
 from slm.train import hardware
-from slm.train.budget import Progress, dense_flops_per_token, exhausted, horizon_steps, step_overhead_flops
-from slm.train.data import ClusterSampler, MixtureSampler, PackedArrays, UniformSampler
+from slm.train.budget import Progress, dense_flops_per_token, exhausted, horizon_steps
+from slm.train.data import PackedArrays
 from slm.train.evaluate import evaluate
 from slm.train.objectives import KDSchedule, distillation_loss, learnable_difficulty
 from slm.train.session import LocalSession, RayTrainSession
@@ -88,27 +97,21 @@ class TrainLoop:
         self.precision = hardware.worker_precision(self.train, self.device.type, f"{key}.precision")
 
         # ---- model
-        model = load_dense(spec["init"]) if spec.get("init") else build_model(self.arch)
+        model = load_dense(spec["init"]) if spec.get("init") else methods.get(self.arch["method"]).build(self.arch)
         # What this loop trains: the method's model, or (specialization) the dense GPT instantiated from it.
-        self.trained_arch = ({"method": "generic", "gpt": dataclasses.asdict(model.config)} if spec.get("init")
+        self.trained_arch = (methods.dense_record(dataclasses.asdict(model.config)) if spec.get("init")
                              else self.arch)
         self.dense_config = model.config
         if self.lora.rank:
             model = lora_wrap(model, self.lora)
         model.to(self.device)
-        self.method = self.trained_arch["method"]
+        self.method = methods.get(self.trained_arch["method"])
 
         # ---- data
         self.data = PackedArrays.open(spec["data"])
         rows = np.load(spec["rows"]) if spec.get("rows") else np.arange(len(self.data))
-        seed = self.train.seed
-        if self.method in ("mixture", "projected"):
-            self.sampler = ClusterSampler(np.asarray(self.data.coarse), self.arch["n_experts"], seed)
-        elif self.method == "soup":
-            self.sampler = MixtureSampler(np.asarray(self.data.coarse), self.arch["n_domains"],
-                                          spec.get("soup_active", 2), seed)
-        else:
-            self.sampler = UniformSampler(rows, seed)
+        self.sampler = self.method.sampler(self.trained_arch, np.asarray(self.data.coarse), rows, self.train.seed,
+                                           from_dict(ModelConfig, spec.get("model") or {}, prefix="model."))
         self.valid = {d: PackedArrays.open(p) for d, p in (spec.get("valid") or {}).items()}
         self.domain_h = spec.get("domain_h") or {}
 
@@ -127,7 +130,7 @@ class TrainLoop:
         # ---- costs per step
         self.tokens_per_step = self.train.batch_size * self.data.seq_len * self.world
         self.flops_per_step = (dense_flops_per_token(self.dense_config) * self.tokens_per_step
-                               + step_overhead_flops(model, self.trained_arch))
+                               + self.method.step_overhead_flops(model, self.trained_arch))
         self.teacher_flops_per_step = (dense_flops_per_token(self.teacher.config, training=False)
                                        * self.tokens_per_step if self.teacher else 0.0)
         horizon = horizon_steps(from_dict(BudgetConfig, spec["train"]["budget"]), self.tokens_per_step,
@@ -139,7 +142,7 @@ class TrainLoop:
                                                  deepspeed_stage)
         if self.compiled.enabled:
             hardware.use_compile_cache(self.train.compile_cache_dir)
-            hardware.compile_modules(compile_units(model, self.trained_arch))
+            hardware.compile_modules(self.method.compile_units(model))
         self.peak = hardware.peak_flops(self.train.peak_flops, self.device, self.precision)
         if self.rank == 0:
             sys.stdout.write(f"[train] {spec['name']}: {self.device.type}, {self.precision}, "
@@ -154,7 +157,7 @@ class TrainLoop:
                                               micro_batch=self.train.batch_size)
         else:
             self.strategy = DDPStrategy(model, optim, horizon, distributed=self.placement.wrap_ddp,
-                                        find_unused_parameters=self.method == "mixture")
+                                        find_unused_parameters=self.method.find_unused_parameters)
         self.progress = Progress()
         self.finished = False
         self.initial_eval: dict | None = None
@@ -196,13 +199,8 @@ class TrainLoop:
         return hardware.to_device(array, self.device, self.placement.pin_memory)
 
     def forward(self, inputs: torch.Tensor, targets: torch.Tensor, coarse: torch.Tensor, step: int):
-        model = self.strategy.model
         with self.autocast():
-            if self.method in ("mixture", "projected"):
-                return model(inputs, coarse, targets)
-            if self.method == "soup":
-                return model(inputs, self.sampler.context(step).to(self.device), targets)
-            return model(inputs, targets)
+            return self.method.forward(self.strategy.model, inputs, targets, coarse, self.sampler.context(step))
 
     def teacher_logits(self, inputs: torch.Tensor) -> torch.Tensor:
         with torch.no_grad(), self.autocast():
@@ -214,7 +212,7 @@ class TrainLoop:
     def serving_forward(self, domain: str):
         """The dense model a domain is served by (instantiated for mixture / projected / soup)."""
         raw = self.raw_model()
-        model = raw if self.method in DENSE_METHODS else instantiate(raw, self.arch, self.domain_h[domain])[0]
+        model = self.method.instantiate(raw, self.arch, self.domain_h[domain])[0] if self.method.clustered else raw
 
         def forward(x: torch.Tensor) -> torch.Tensor:
             # .forward, not __call__: a compiled model's __call__ is its compiled training graph, and
@@ -228,7 +226,7 @@ class TrainLoop:
         was_training = self.raw_model().training
         self.raw_model().eval()
         valid = self.valid
-        if self.method not in DENSE_METHODS:
+        if self.method.clustered:  # served through a domain's histogram: only domains with one
             valid = {d: v for d, v in valid.items() if d in self.domain_h}
         result = evaluate(self.serving_forward, valid, self.train.eval_tokens, self.train.batch_size,
                           self.device, self.rank, self.world)
@@ -375,7 +373,7 @@ class TrainLoop:
         raw = self.raw_model()
         if isinstance(self.strategy, DeepSpeedStrategy):
             state = self.strategy.full_state_dict()
-            raw = build_model(self.trained_arch)
+            raw = self.method.build(self.trained_arch)
             raw.load_state_dict(state)
         if self.lora.rank:
             raw = lora_merged(raw, self.dense_config)
@@ -383,7 +381,7 @@ class TrainLoop:
 
     def write_model(self, model: torch.nn.Module, path: Path) -> None:
         # safetensors copies device tensors to host itself: the live model is never moved.
-        save_model(model, self.trained_arch, path, {"steps": self.progress.step, "name": self.spec["name"]})
+        methods.save_model(model, self.trained_arch, path, {"steps": self.progress.step, "name": self.spec["name"]})
 
 
 def peak_rss_mb() -> float:

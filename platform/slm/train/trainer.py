@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from slm import methods
 from slm.artifacts import file_sha256, is_complete, read_manifest, write_manifest
 from slm.config import (
     ConfigError,
@@ -195,40 +196,33 @@ def base_spec(name: str, train: TrainConfig, out: Path, section: str, cfg: JobCo
 
 
 def pretrain_data(cfg: JobConfig, run_dir: Path) -> Path:
-    """The arrays a pretraining run reads: ``pretrain.data``, the method's subset for ``resample.domain``
-    (SLM-is: CRISP, DSIR), or every generic window (made from the packed Parquet files on first use)."""
+    """The arrays a pretraining run reads: ``pretrain.data``, or the packed set its method pretrains on
+    (for ``resample.domain``, when the method chooses its set per domain), made from the packed Parquet
+    files on first use."""
     from slm.train.data import materialize
 
-    p = cfg.pretrain
-    if p.data:
-        return materialize(p.data)
-    if p.method in ("importance", "dsir"):
-        subset = "crisp" if p.method == "importance" else "dsir"
-        return packed(run_dir, cfg, f"resampled/{cfg.resample.domain}/{subset}")
-    return packed(run_dir, cfg, "generic")
+    if cfg.pretrain.data:
+        return materialize(cfg.pretrain.data)
+    return packed(run_dir, cfg, methods.get(cfg.pretrain.method).pretrain_set(cfg.resample.domain))
 
 
 def pretrain(cfg: JobConfig, run_dir: Path) -> dict:
-    from slm.models.registry import architecture
+    import torch
 
     p: PretrainConfig = cfg.pretrain
+    method = methods.get(p.method)
     data = pretrain_data(cfg, run_dir)
     seq_len = int(np.load(data / "tokens.npy", mmap_mode="r").shape[1]) - 1
-    info = cluster_info(run_dir, cfg) if p.method in ("mixture", "projected", "soup") else {"k": 1}
-    arch = architecture(p.method, gpt_config(p.model, vocab_size(run_dir, cfg), seq_len),
-                        n_experts=p.model.n_experts or info["k"], expert_dim=p.model.expert_dim,
-                        bank_size=p.model.bank_size, soup_experts=p.model.soup_experts,
-                        soup_domains=info["k"], soup_experts_on=p.model.soup_experts_on)
-    if p.method == "soup" and p.model.soup_active > info["k"]:
-        raise TrainingInputError(f"config key 'pretrain.model.soup_active': {p.model.soup_active} active domains "
-                                 f"but the clustering has only {info['k']} coarse clusters")
+    n_clusters = cluster_info(run_dir, cfg)["k"] if method.clustered else 1
+    method.check(p.model, n_clusters, "pretrain.model.")
+    arch = method.architecture(gpt_config(p.model, vocab_size(run_dir, cfg), seq_len), p.model, n_clusters)
     out = run_dir / p.output / p.run_name
     domains = list(cfg.corpus.domains)
     spec = {**base_spec(p.run_name, p.train, out, "pretrain", cfg), "arch": arch, "data": str(data),
-            "valid": valid_sets(run_dir, cfg, domains), "soup_active": p.model.soup_active,
+            "valid": valid_sets(run_dir, cfg, domains), "model": to_dict(p.model),
             "teacher": _teacher(p.teacher), "selection": to_dict(p.selection),
             "snapshot_steps": sorted(p.snapshot_steps)}
-    if p.method in ("mixture", "projected", "soup"):
+    if method.clustered:
         spec["domain_h"] = coarse_histograms(run_dir, cfg)
     if p.teacher.checkpoint:
         if not Path(p.teacher.checkpoint).exists():
@@ -236,13 +230,8 @@ def pretrain(cfg: JobConfig, run_dir: Path) -> dict:
     elif p.selection.enabled:
         raise TrainingInputError("config key 'pretrain.selection.enabled': SALT-DS scores with the teacher; "
                                  "set pretrain.teacher.checkpoint")
-    import torch
-
-    from slm.models.registry import build_model
-
     with torch.device("meta"):
-        model = build_model(arch)
-    params = sum(t.numel() for t in model.parameters())
+        params = sum(t.numel() for t in method.build(arch).parameters())
     extra = {"_ray": cfg.ray, "params": params, "data": str(data), "inference_flops_per_token": _inference_flops(arch)}
     if p.teacher.checkpoint:
         extra["teacher_cost"] = teacher_cost(Path(p.teacher.checkpoint))
@@ -288,7 +277,6 @@ def domain_subset(arrays: Path, tokens: int, seed: int, where: str) -> np.ndarra
 
 def specialize(cfg: JobConfig, run_dir: Path) -> dict:
     from slm.models.gpt import save_dense
-    from slm.models.registry import instantiate, load_model
 
     s: SpecializeConfig = cfg.specialize
     domain = s.domain or cfg.resample.domain
@@ -299,9 +287,10 @@ def specialize(cfg: JobConfig, run_dir: Path) -> dict:
     if domain not in hist:
         raise TrainingInputError(f"config key 'specialize.domain': no histogram for {domain!r} "
                                  f"(domains with one: {sorted(hist)})")
-    model, arch = load_model(source)
+    model, arch = methods.load_model(source)
     try:
-        dense, chosen = instantiate(model, arch, hist[domain], None if s.expert < 0 else s.expert)
+        dense, chosen = methods.get(arch["method"]).instantiate(model, arch, hist[domain],
+                                                                None if s.expert < 0 else s.expert)
     except ValueError as err:
         if s.expert < 0:
             raise
@@ -315,7 +304,7 @@ def specialize(cfg: JobConfig, run_dir: Path) -> dict:
     np.save(rows_path, rows)
     if s.teacher.checkpoint and not Path(s.teacher.checkpoint).exists():
         raise TrainingInputError(f"config key 'specialize.teacher.checkpoint': {s.teacher.checkpoint} does not exist")
-    spec = {**base_spec(f"{domain}/{name}", s.train, out, "specialize", cfg), "arch": {"method": "generic", "gpt": arch["gpt"]},
+    spec = {**base_spec(f"{domain}/{name}", s.train, out, "specialize", cfg), "arch": methods.dense_record(arch["gpt"]),
             "init": str(init.resolve()), "data": str(arrays), "rows": str(rows_path.resolve()),
             "valid": valid_sets(run_dir, cfg, [domain]), "teacher": _teacher(s.teacher), "lora": to_dict(s.lora),
             "init_sha": file_sha256(init)}

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from slm import methods
 from slm.artifacts import atomic_path, atomic_write_text
 from slm.tune.claims import write_claims
 from slm.tune.table import aggregate, difference, finite, menu, ppl, read_curves, read_table, separable
-
-METHOD_COLORS = {"generic": "tab:gray", "importance": "tab:green", "dsir": "tab:olive", "mixture": "tab:blue",
-                 "projected": "tab:purple", "soup": "tab:orange", "distill": "tab:red"}
 
 
 def pareto(rows: list[dict], cost: str, quality: str = "perplexity") -> list[dict]:
@@ -65,7 +63,7 @@ def _scatter(ax, rows: list[dict], cost, title: str, xlabel: str) -> None:
         mine = [r for r in rows if r["method"] == method]
         ax.errorbar([r["_x"] for r in mine], [r["perplexity"] for r in mine],
                     yerr=[r["perplexity_se"] or 0.0 for r in mine], fmt="o", capsize=3, label=method, alpha=0.8,
-                    color=METHOD_COLORS.get(method))
+                    color=methods.display(method)[1])
     front = pareto(rows, "_x")
     ax.scatter([r["_x"] for r in front], [r["perplexity"] for r in front], s=140, facecolors="none",
                edgecolors="black", label="Pareto-optimal")

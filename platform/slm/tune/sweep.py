@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from slm import methods
 from slm.artifacts import atomic_write_json
 from slm.config import ConfigError, JobConfig, config_hash, from_dict, size_config, to_dict
 from slm.tune.table import write_curves, write_table
@@ -76,17 +77,20 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
     ``check_data=False`` (a dry run on another machine than the cluster's) skips the packed-data checks."""
     from slm.train.hardware import planning_peak
 
+    methods.check_job(cfg)
     sw, run_dir = cfg.sweep, cfg.run.dir
+    compared = methods.sweep_methods(cfg)
     domains = sw.domains or cfg.resample.all_domains
     for d in domains if check_data else []:
         if not (run_dir / cfg.pack.output / "domain" / d / "data").exists():
             raise SweepSpecError(f"config key 'sweep.domains': {d!r} has no packed train data under "
                                  f"{run_dir / cfg.pack.output / 'domain' / d} (pack it with "
                                  f"`slm data pack resample.domain={d} 'pack.sets=[domain]'`)")
-        for method, subset in (("importance", "crisp"), ("dsir", "dsir")):
-            if method in sw.methods and not (run_dir / cfg.pack.output / "resampled" / d / subset / "data").exists():
-                raise SweepSpecError(f"config key 'sweep.methods': {method} for {d!r} needs its {subset} subset "
-                                     f"packed under {run_dir / cfg.pack.output / 'resampled' / d / subset}")
+        for name in compared:
+            subset = methods.get(name).pretrain_set(d)
+            if not (run_dir / cfg.pack.output / subset / "data").exists():
+                raise SweepSpecError(f"config key 'sweep.methods': {name} for {d!r} pretrains on "
+                                     f"{run_dir / cfg.pack.output / subset}, which is not packed")
     sizes = _sizes(cfg, list(dict.fromkeys([*sw.sizes, *([sw.large_size] if sw.large_size else [])])))
     for size in sw.sizes:
         inference = sizes[size]["inference_flops_per_token"]
@@ -139,9 +143,9 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
         """What names a trial's domain in its setting (a run pretrained for one domain names it already)."""
         return f"-{d}" if len(domains) > 1 else ""
 
-    for method in sw.methods:
+    for method in compared:
         for size in sw.sizes:
-            for domain in (domains if method in ("importance", "dsir") else [None]):
+            for domain in (domains if methods.get(method).per_domain else [None]):
                 base = pretrain_name(method, size, domain)
                 for seed in seeds:
                     add_run(base + seed_suffix(seed), method, size, domain, seed, budgets, "grid")
@@ -151,16 +155,16 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
                                 for k in all_k:
                                     add_trial(base + seed_suffix(seed), method, size, steps, d, tokens, k, seed,
                                               f"{base}{'' if domain else on(d)}-p{steps}-t{tokens}-s{k}", "grid")
-    student = pretrain_name("generic", small, None)
+    student = pretrain_name(methods.BASELINE, small, None)
     if large:
-        teacher_base = pretrain_name("generic", large, None)
+        teacher_base = pretrain_name(methods.BASELINE, large, None)
         for seed in seeds:
-            add_run(teacher_base + seed_suffix(seed), "generic", large, None, seed, [longest], "large",
+            add_run(teacher_base + seed_suffix(seed), methods.BASELINE, large, None, seed, [longest], "large",
                     eval_every=curve_every)
         if sw.salt_kd_share:
             kd_steps = max(1, round(sw.salt_kd_share * longest))
             for seed in seeds:
-                add_run(f"salt-{large}" + seed_suffix(seed), "generic", large, None, seed, [longest], "salt",
+                add_run(f"salt-{large}" + seed_suffix(seed), methods.BASELINE, large, None, seed, [longest], "salt",
                         teacher=student + seed_suffix(seed), kd_steps=kd_steps, eval_every=curve_every)
         if sw.distill:
             for seed in seeds:
@@ -168,20 +172,20 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
                     for tokens in all_tokens:
                         for k in all_k:
                             cell = f"{on(d).lstrip('-')}{'-' if on(d) else ''}p{longest}-t{tokens}-s{k}"
-                            add_trial(teacher_base + seed_suffix(seed), "generic", large, longest, d, tokens, k, seed,
-                                      f"{teacher_base}-{cell}", "teacher")
-                            add_trial(student + seed_suffix(seed), "distill", small, longest, d, tokens, k, seed,
-                                      f"distill-{small}-from-{large}-{cell}", "distill",
+                            add_trial(teacher_base + seed_suffix(seed), methods.BASELINE, large, longest, d, tokens, k,
+                                      seed, f"{teacher_base}-{cell}", "teacher")
+                            add_trial(student + seed_suffix(seed), methods.DISTILLED, small, longest, d, tokens, k, seed,
+                                      f"{methods.DISTILLED}-{small}-from-{large}-{cell}", "distill",
                                       teacher=f"{teacher_base}-{cell}" + seed_suffix(seed),
                                       teacher_run=teacher_base + seed_suffix(seed), wave=2)
     if sw.all_experts:
         experts = cfg.pretrain.model.n_experts or cfg.cluster.k
-        base = pretrain_name("mixture", small, None)
+        base = pretrain_name(methods.SLM_MIX, small, None)
         for seed in seeds:
             for d in domains:
                 cell = f"{on(d).lstrip('-')}{'-' if on(d) else ''}p{longest}-t{all_tokens[0]}-s{all_k[0]}"
                 for e in range(experts):
-                    add_trial(base + seed_suffix(seed), "mixture", small, longest, d, all_tokens[0], all_k[0], seed,
+                    add_trial(base + seed_suffix(seed), methods.SLM_MIX, small, longest, d, all_tokens[0], all_k[0], seed,
                               f"{base}-{cell}-e{e}", "experts", expert=e)
     # A teacher trains before its student: SALT's runs after the grid's.
     runs.sort(key=lambda r: r["teacher"] is not None)
@@ -335,7 +339,8 @@ def row(t: dict, m: dict, snapshots: dict, teacher: dict | None = None, teacher_
     model's pretraining is generic (paid once), its specialization per domain."""
     snap = snapshots[str(t["pretrain_steps"])]
     pre, spec = snap["cost"], m["cost"]
-    domain_specific = t["method"] in ("importance", "dsir")  # SLM-is: C_generic = 0, all of it per domain
+    # SLM-is: C_generic = 0, all of it per domain (a distilled student is the generic model's)
+    domain_specific = t["method"] != methods.DISTILLED and methods.get(t["method"]).per_domain
     pre_flops, pre_seconds = pre["flops"], pre["device_seconds"]
     spec_flops, spec_seconds = spec["flops"], spec["device_seconds"]
     if teacher is not None:
