@@ -15,6 +15,7 @@ from pathlib import Path
 from slm import methods
 from slm.artifacts import atomic_write_json, atomic_write_text, write_manifest
 from slm.config import ConfigError, JobConfig, config_hash, dump_yaml
+from slm.layout import MissingInputError, RunLayout, require
 
 Stage = Callable[[JobConfig, Path], dict]
 
@@ -37,7 +38,7 @@ def stage_stats(cfg: JobConfig, run_dir: Path) -> dict:
     started = time.perf_counter()
     rows = corpus_stats(cfg.corpus.dir, cfg.stats.tokenizer, cfg.stats.batch_size)
     print(format_table(rows), flush=True)
-    out = run_dir / cfg.stats.output
+    out = RunLayout.of(cfg).stats
     atomic_write_json(out / "stats.json", rows)
     write_manifest(out, {"stage": "stats", "config_hash": config_hash(cfg.stats),
                          "corpus_dir": str(Path(cfg.corpus.dir).expanduser().resolve()),
@@ -45,17 +46,6 @@ def stage_stats(cfg: JobConfig, run_dir: Path) -> dict:
                          "tokens": sum(r["tokens"] for r in rows),
                          "seconds": round(time.perf_counter() - started, 1)})
     return {"rows": len(rows), "tokens": sum(r["tokens"] for r in rows), "stats": str(out / "stats.json")}
-
-
-class MissingInputError(FileNotFoundError):
-    """A stage's input is not there: the message names it and the stage that makes it."""
-
-
-def require(path: Path, made_by: str) -> Path:
-    if not path.exists():
-        raise MissingInputError(f"{path} does not exist: run the '{made_by}' stage first "
-                                f"(with the same run.root/run.name)")
-    return path
 
 
 def embed_dir(cfg: JobConfig) -> Path:
@@ -80,17 +70,18 @@ def stage_cluster(cfg: JobConfig, run_dir: Path) -> dict:
     from slm.runtime import init_ray
 
     init_ray(cfg.ray)
-    m = cluster(require(embed_dir(cfg), "embed"), cfg.cluster, run_dir / cfg.cluster.output)
-    return {"output": str(run_dir / cfg.cluster.output), "sample_windows": m["sample_windows"]}
+    out = RunLayout.of(cfg).clusters
+    m = cluster(require(embed_dir(cfg), "embed"), cfg.cluster, out)
+    return {"output": str(out), "sample_windows": m["sample_windows"]}
 
 
 def stage_histogram(cfg: JobConfig, run_dir: Path) -> dict:
     """Each domain's smoothed cluster histogram, its entropy and its KL to generic."""
     from slm.data.histogram import write_histograms
 
-    result = write_histograms(require(run_dir / cfg.cluster.output / "clusters.json", "cluster").parent,
-                              cfg.histogram.alpha, run_dir / cfg.histogram.output,
-                              cfg.histogram.domains or None)
+    layout = RunLayout.of(cfg)
+    result = write_histograms(require(layout.clusters_json, "cluster").parent, cfg.histogram.alpha,
+                              layout.histograms, cfg.histogram.domains or None)
     return {d: {"entropy": h["entropy"], "kl_to_generic": h["kl_to_generic"]} for d, h in result["domains"].items()}
 
 
@@ -103,12 +94,13 @@ def stage_resample(cfg: JobConfig, run_dir: Path) -> dict:
     from slm.runtime import init_ray
 
     init_ray(cfg.ray)
-    histograms = json.loads(require(run_dir / cfg.histogram.output / "histograms.json", "histogram").read_text())
+    layout = RunLayout.of(cfg)
+    histograms = json.loads(require(layout.histograms_json, "histogram").read_text())
     out = {}
     for domain in cfg.resample.all_domains:
         for method in cfg.resample.methods:
-            m = resample(run_dir / cfg.cluster.output, histograms, domain, cfg.resample.tokens, method,
-                         run_dir / cfg.resample.output / domain / method, cfg.resample.seed,
+            m = resample(layout.clusters, histograms, domain, cfg.resample.tokens, method,
+                         layout.resampled(domain, method), cfg.resample.seed,
                          corpus_dir=cfg.corpus.dir, embed=cfg.embed, dsir_min_words=cfg.resample.dsir_min_words)
             out[f"{domain}/{method}"] = {"tokens_drawn": m["tokens_drawn"],
                                          "kl_resampled_to_domain": m["kl_resampled_to_domain"]}
@@ -119,9 +111,9 @@ def stage_tokenizer(cfg: JobConfig, run_dir: Path) -> dict:
     """Train the byte-level BPE on the generic corpus."""
     from slm.data.bpe import train_bpe
 
-    out = run_dir / cfg.tokenizer.output
-    m = train_bpe(cfg.corpus.dir, out, cfg.tokenizer.vocab_size, cfg.tokenizer.max_chars or None)
-    return {"tokenizer": str(out / "tokenizer.json"), "vocab_size": m["vocab_size"]}
+    layout = RunLayout.of(cfg)
+    m = train_bpe(cfg.corpus.dir, layout.tokenizer, cfg.tokenizer.vocab_size, cfg.tokenizer.max_chars or None)
+    return {"tokenizer": str(layout.tokenizer_json), "vocab_size": m["vocab_size"]}
 
 
 def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
@@ -130,10 +122,11 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
     from slm.runtime import init_ray
 
     init_ray(cfg.ray)
-    tokenizer = require(run_dir / cfg.tokenizer.output / "tokenizer.json", "tokenizer")
+    layout = RunLayout.of(cfg)
+    tokenizer = require(layout.tokenizer_json, "tokenizer")
     jobs = []
     if {"generic", "domain"} & set(cfg.pack.sets):  # the valid and resampled sets do not read them
-        assignments = require(run_dir / cfg.cluster.output / "assignments", "cluster")
+        assignments = require(layout.assignments, "cluster")
     if "generic" in cfg.pack.sets:
         jobs.append(("generic", assignments, "generic"))
     for domain in cfg.resample.all_domains:
@@ -141,7 +134,7 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
             jobs.append((f"domain/{domain}", assignments, domain))
         if "resampled" in cfg.pack.sets:
             for method in cfg.resample.methods:
-                data = require(run_dir / cfg.resample.output / domain / method / "data", "resample")
+                data = require(layout.resampled(domain, method) / "data", "resample")
                 jobs.append((f"resampled/{domain}/{method}", data, None))
     if "valid" in cfg.pack.sets:
         from slm.corpus.layout import domain_dir
@@ -154,7 +147,7 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
             jobs.append((f"valid/{d}", files, None))
     out = {}
     for name, source, domain in jobs:
-        m = pack(source, tokenizer, cfg.pack.seq_len, run_dir / cfg.pack.output / name, domain)
+        m = pack(source, tokenizer, cfg.pack.seq_len, layout.packed(name), domain)
         out[name] = {"sequences": m["sequences"], "tokens": m["tokens"]}
         print(f"[pack] {name}: {m['sequences']} sequences of {cfg.pack.seq_len + 1} tokens", flush=True)
     return out
@@ -223,7 +216,8 @@ def run_job(cfg: JobConfig) -> dict[str, dict]:
     methods.check_job(cfg)
     run_dir = cfg.run.dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
+    layout = RunLayout.of(cfg)
+    atomic_write_text(layout.config, dump_yaml(cfg))
     print(f"[run] {cfg.run.name}: stages {cfg.stages}; outputs in {run_dir}", flush=True)
     results, resources = {}, {}
     try:
@@ -238,7 +232,7 @@ def run_job(cfg: JobConfig) -> dict[str, dict]:
     finally:
         shutdown_ray()
         if resources:  # what each stage took; a rerun of some stages replaces just their entries
-            path = run_dir / "stage_resources.json"
+            path = layout.stage_resources
             atomic_write_json(path, {**(json.loads(path.read_text()) if path.exists() else {}), **resources})
-    atomic_write_json(run_dir / "results.json", results)
+    atomic_write_json(layout.results, results)
     return results

@@ -16,8 +16,8 @@ import pytest
 from slm.config import ConfigError, load_job
 from slm.tune.advise import advise, format_advice
 from slm.tune.report import markdown, near_front, pareto
+from slm.tune.results import MEANS, aggregate
 from slm.tune.sweep import SweepSpecError, plan
-from slm.tune.table import MEANS, aggregate
 from tests.conftest import REPO, train_overrides
 
 

@@ -32,6 +32,7 @@ from slm.config import (
     from_dict,
 )
 from slm.data.samplers import UniformSampler
+from slm.layout import TrainOutput
 from slm.models.gpt import GPT, load_dense
 from slm.train import callbacks as cb
 from slm.train import hardware
@@ -88,7 +89,7 @@ class TrainLoop:
         self.teacher_cfg = from_dict(TeacherConfig, spec.get("teacher") or {}, prefix="teacher.")
         self.lora = from_dict(LoraConfig, spec.get("lora") or {}, prefix="lora.")
         self.arch = spec["arch"]
-        self.output = Path(spec["output"])
+        self.output = TrainOutput(Path(spec["output"]))
         torch.set_num_threads(self.train.torch_threads)
         torch.manual_seed(self.train.seed)  # identical initial weights on every rank
         key = spec["config_key"]  # "pretrain.train" or "specialize.train": errors name the user's key
@@ -164,7 +165,7 @@ class TrainLoop:
         self.last_eval: dict | None = None
         self.callbacks: list[cb.Callback] = [
             cb.Throughput(), cb.Evaluator(), cb.Snapshotter(spec.get("snapshot_steps") or []), cb.Checkpointer(),
-            cb.MetricsLogger(self.output / "logs"), cb.ProgressPrinter(spec["name"]),
+            cb.MetricsLogger(self.output), cb.ProgressPrinter(spec["name"]),
         ]
 
     # ------------------------------------------------------------------------------------ state
@@ -362,9 +363,9 @@ class TrainLoop:
         if self.device.type == "cuda":
             summary["peak_device_mb"] = self.gather(round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1))
         if self.rank == 0:
-            self.output.mkdir(parents=True, exist_ok=True)
-            self.write_model(raw, self.output / "model.safetensors")
-            atomic_write_json(self.output / "summary.json", summary)
+            self.output.dir.mkdir(parents=True, exist_ok=True)
+            self.write_model(raw, self.output.model)
+            atomic_write_json(self.output.summary, summary)
         return summary
 
     def exported_model(self) -> torch.nn.Module:

@@ -32,6 +32,8 @@ from slm.config import (
     config_hash,
     to_dict,
 )
+from slm.data import histogram
+from slm.layout import RunLayout, TrainOutput, require
 
 
 class TrainingInputError(ConfigError):
@@ -43,49 +45,39 @@ class TrainingInputError(ConfigError):
 
 def vocab_size(run_dir: Path, cfg: JobConfig) -> int:
     from slm.data import tokenizers
-    from slm.pipeline import require
 
-    path = require(run_dir / cfg.tokenizer.output / "tokenizer.json", "tokenizer")
+    path = require(RunLayout.of(cfg).tokenizer_json, "tokenizer")
     return tokenizers.load(str(path)).get_vocab_size()
 
 
 def cluster_info(run_dir: Path, cfg: JobConfig) -> dict:
-    from slm.pipeline import require
-
-    return json.loads(require(run_dir / cfg.cluster.output / "clusters.json", "cluster").read_text())
+    return json.loads(require(RunLayout.of(cfg).clusters_json, "cluster").read_text())
 
 
 def coarse_histograms(run_dir: Path, cfg: JobConfig) -> dict[str, list[float]]:
-    """Each domain's smoothed leaf histogram summed into its coarse clusters (leaf = coarse·fine_k + j)."""
-    from slm.pipeline import require
-
-    info = cluster_info(run_dir, cfg)
-    hist = json.loads(require(run_dir / cfg.histogram.output / "histograms.json", "histogram").read_text())
-    per_coarse = max(1, info["fine_k"])
-    out = {}
-    for domain, h in hist["domains"].items():
-        p = np.asarray(h["p"], dtype=np.float64)
-        out[domain] = (p.reshape(info["k"], per_coarse).sum(1) / p.sum()).tolist()
-    return out
+    """Each domain's histogram over the coarse clusters (``slm.data.histogram.coarse_histograms``)."""
+    layout = RunLayout.of(cfg)
+    return histogram.coarse_histograms(require(layout.clusters_json, "cluster"),
+                                       require(layout.histograms_json, "histogram"))
 
 
 def packed(run_dir: Path, cfg: JobConfig, name: str) -> Path:
-    from slm.pipeline import require
     from slm.train.data import materialize
 
-    return materialize(require(run_dir / cfg.pack.output / name, "pack"))
+    return materialize(require(RunLayout.of(cfg).packed(name), "pack"))
 
 
 def valid_sets(run_dir: Path, cfg: JobConfig, domains: list[str]) -> dict[str, str]:
     from slm.train.data import materialize
 
     out = {}
+    layout = RunLayout.of(cfg)
     for d in domains:
-        folder = run_dir / cfg.pack.output / "valid" / d
+        folder = layout.packed_valid(d)
         if (folder / "data").exists():
             out[d] = str(materialize(folder))
     if not out:
-        print(f"[train] no valid split packed under {run_dir / cfg.pack.output / 'valid'} "
+        print(f"[train] no valid split packed under {layout.packed('valid')} "
               f"(pack.sets without 'valid'): no evaluation", flush=True)
     return out
 
@@ -125,7 +117,7 @@ def fit(spec: dict, train: TrainConfig, storage: Path, ray_name: str) -> dict:
         ),
     )
     trainer.fit()  # raises TrainingFailedError once max_failures is spent
-    return json.loads((Path(spec["output"]) / "summary.json").read_text())
+    return json.loads(TrainOutput(Path(spec["output"])).summary.read_text())
 
 
 def fit_here(spec: dict, train: TrainConfig, folder: Path) -> dict:
@@ -139,7 +131,7 @@ def fit_here(spec: dict, train: TrainConfig, folder: Path) -> dict:
     # compiles afresh instead (from Inductor's on-disk cache: seconds).
     torch._dynamo.reset()
     train_here(spec, folder, train.keep_checkpoints)
-    return json.loads((Path(spec["output"]) / "summary.json").read_text())
+    return json.loads(TrainOutput(Path(spec["output"])).summary.read_text())
 
 
 def _tune_callbacks() -> list:
@@ -152,8 +144,9 @@ def _tune_callbacks() -> list:
         return []
 
 
-def _run(kind: str, spec: dict, train: TrainConfig, out: Path, extra: dict) -> dict:
+def _run(kind: str, spec: dict, train: TrainConfig, output: TrainOutput, extra: dict) -> dict:
     digest = config_hash(spec)
+    out = output.dir
     if is_complete(out, digest):
         print(f"[train] {spec['name']}: complete and current in {out}, skipped", flush=True)
         return read_manifest(out)
@@ -164,12 +157,12 @@ def _run(kind: str, spec: dict, train: TrainConfig, out: Path, extra: dict) -> d
         from slm.runtime import init_ray
 
         init_ray(ray_cfg)
-        summary = fit(spec, train, out / "ray_train", run_name)
+        summary = fit(spec, train, output.ray_train(), run_name)
     else:
-        summary = fit_here(spec, train, out / "local_train" / run_name)
+        summary = fit_here(spec, train, output.local_train(run_name))
     manifest = {"stage": kind, "config_hash": digest, **summary, **extra,
                 "wall_seconds": round(time.perf_counter() - started, 1),
-                "model": str(out / "model.safetensors")}
+                "model": str(output.model)}
     return write_manifest(out, manifest)
 
 
@@ -216,9 +209,9 @@ def pretrain(cfg: JobConfig, run_dir: Path) -> dict:
     n_clusters = cluster_info(run_dir, cfg)["k"] if method.clustered else 1
     method.check(p.model, n_clusters, "pretrain.model.")
     arch = method.architecture(gpt_config(p.model, vocab_size(run_dir, cfg), seq_len), p.model, n_clusters)
-    out = run_dir / p.output / p.run_name
+    output = RunLayout.of(cfg).pretrained(p.run_name)
     domains = list(cfg.corpus.domains)
-    spec = {**base_spec(p.run_name, p.train, out, "pretrain", cfg), "arch": arch, "data": str(data),
+    spec = {**base_spec(p.run_name, p.train, output.dir, "pretrain", cfg), "arch": arch, "data": str(data),
             "valid": valid_sets(run_dir, cfg, domains), "model": to_dict(p.model),
             "teacher": _teacher(p.teacher), "selection": to_dict(p.selection),
             "snapshot_steps": sorted(p.snapshot_steps)}
@@ -235,7 +228,7 @@ def pretrain(cfg: JobConfig, run_dir: Path) -> dict:
     extra = {"_ray": cfg.ray, "params": params, "data": str(data), "inference_flops_per_token": _inference_flops(arch)}
     if p.teacher.checkpoint:
         extra["teacher_cost"] = teacher_cost(Path(p.teacher.checkpoint))
-    return _run("pretrain", spec, p.train, out, extra)
+    return _run("pretrain", spec, p.train, output, extra)
 
 
 def _inference_flops(arch: dict) -> int:
@@ -257,7 +250,7 @@ def teacher_cost(model_path: Path) -> dict:
 
 def resolve_source(cfg: JobConfig, run_dir: Path, s: SpecializeConfig) -> Path:
     source = s.source or cfg.pretrain.run_name
-    path = Path(source) if source.endswith(".safetensors") else run_dir / cfg.pretrain.output / source / "model.safetensors"
+    path = Path(source) if source.endswith(".safetensors") else RunLayout.of(cfg).pretrained(source).model
     if not path.exists():
         raise TrainingInputError(f"config key 'specialize.source': {path} does not exist "
                                  f"(run the pretrain stage for {source!r} first, or give a model.safetensors)")
@@ -282,7 +275,8 @@ def specialize(cfg: JobConfig, run_dir: Path) -> dict:
     domain = s.domain or cfg.resample.domain
     source = resolve_source(cfg, run_dir, s)
     name = s.name or source.parent.name
-    out = run_dir / s.output / domain / name
+    layout = RunLayout.of(cfg)
+    output = layout.specialized(domain, name)
     hist = coarse_histograms(run_dir, cfg)
     if domain not in hist:
         raise TrainingInputError(f"config key 'specialize.domain': no histogram for {domain!r} "
@@ -295,16 +289,16 @@ def specialize(cfg: JobConfig, run_dir: Path) -> dict:
         if s.expert < 0:
             raise
         raise TrainingInputError(f"config key 'specialize.expert' ({s.expert}): {err}") from err
-    out.mkdir(parents=True, exist_ok=True)
-    init = out / "init.safetensors"
+    output.dir.mkdir(parents=True, exist_ok=True)
+    init = output.init
     save_dense(dense, init, {"method": arch["method"], "source": str(source), **chosen})
     arrays = packed(run_dir, cfg, f"domain/{domain}")
-    rows = domain_subset(arrays, s.domain_tokens, s.train.seed, str(run_dir / cfg.pack.output / "domain" / domain))
-    rows_path = out / "rows.npy"
+    rows = domain_subset(arrays, s.domain_tokens, s.train.seed, str(layout.packed_domain(domain)))
+    rows_path = output.rows
     np.save(rows_path, rows)
     if s.teacher.checkpoint and not Path(s.teacher.checkpoint).exists():
         raise TrainingInputError(f"config key 'specialize.teacher.checkpoint': {s.teacher.checkpoint} does not exist")
-    spec = {**base_spec(f"{domain}/{name}", s.train, out, "specialize", cfg), "arch": methods.dense_record(arch["gpt"]),
+    spec = {**base_spec(f"{domain}/{name}", s.train, output.dir, "specialize", cfg), "arch": methods.dense_record(arch["gpt"]),
             "init": str(init.resolve()), "data": str(arrays), "rows": str(rows_path.resolve()),
             "valid": valid_sets(run_dir, cfg, [domain]), "teacher": _teacher(s.teacher), "lora": to_dict(s.lora),
             "init_sha": file_sha256(init)}
@@ -316,4 +310,4 @@ def specialize(cfg: JobConfig, run_dir: Path) -> dict:
              "params": dense.num_params()}
     if s.teacher.checkpoint:
         extra["teacher_cost"] = teacher_cost(Path(s.teacher.checkpoint))
-    return _run("specialize", spec, s.train, out, extra)
+    return _run("specialize", spec, s.train, output, extra)

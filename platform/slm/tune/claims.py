@@ -1,7 +1,7 @@
 """The seed papers' claims, evaluated from a sweep's results table (``slm report`` writes ``claims.md``).
 
 Each claim is a set of comparisons between two settings of the table (rows folded over seeds:
-``slm.tune.table.aggregate``). A comparison states what the claim expects of setting ``a`` against
+``slm.tune.results.aggregate``). A comparison states what the claim expects of setting ``a`` against
 setting ``b`` on one measure (lower is better: perplexity after specialization, or before it) and gets a
 verdict from the difference ``d = b − a`` and its standard error (``table.separable``: ``|d| ≥ 2·se``):
 
@@ -30,7 +30,7 @@ from typing import Literal
 
 from slm.artifacts import atomic_write_text
 from slm.methods import BASELINE, DISTILLED, SLM_IS, SLM_MIX, SLM_PN, SOUP
-from slm.tune.table import difference, finite, menu, separable, standard_error
+from slm.tune.results import difference, finite, menu, separable, standard_error
 
 Expectation = Literal["lower", "not lower", "not higher", "tie"]
 Verdict = Literal["holds", "does not hold", "inconclusive"]

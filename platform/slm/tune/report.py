@@ -1,6 +1,6 @@
 """`slm report SWEEP`: the frontier plots (Plan-Early's figures) and a Markdown summary of a sweep.
 
-Everything is computed on settings — a sweep's trials folded over their seeds (``slm.tune.table``):
+Everything is computed on settings — a sweep's trials folded over their seeds (``slm.tune.results``):
 each point is a setting's mean perplexity with error bars of ± one standard error. Plots (PNG,
 matplotlib), specialized perplexity on the y axis, one colour per method, Pareto-optimal points (no
 other setting is both cheaper and better on the means) ringed in black, and the points that are not
@@ -21,7 +21,7 @@ from pathlib import Path
 from slm import methods
 from slm.artifacts import atomic_path, atomic_write_text
 from slm.tune.claims import write_claims
-from slm.tune.table import aggregate, difference, finite, menu, ppl, read_curves, read_table, separable
+from slm.tune.results import aggregate, difference, finite, menu, ppl, read_curves, read_table, separable
 
 
 def pareto(rows: list[dict], cost: str, quality: str = "perplexity") -> list[dict]:

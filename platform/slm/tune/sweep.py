@@ -34,7 +34,8 @@ from typing import Any
 from slm import methods
 from slm.artifacts import atomic_write_json
 from slm.config import ConfigError, JobConfig, config_hash, from_dict, size_config, to_dict
-from slm.tune.table import write_curves, write_table
+from slm.layout import RunLayout, TrainOutput
+from slm.tune.results import row, write_curves, write_table
 
 
 class SweepSpecError(ConfigError):
@@ -42,7 +43,7 @@ class SweepSpecError(ConfigError):
 
 
 def sweep_dir(cfg: JobConfig) -> Path:
-    return cfg.run.dir / cfg.sweep.output / cfg.sweep.name
+    return RunLayout.of(cfg).sweep
 
 
 def pretrain_name(method: str, size: str, domain: str | None) -> str:
@@ -78,19 +79,20 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
     from slm.train.hardware import planning_peak
 
     methods.check_job(cfg)
-    sw, run_dir = cfg.sweep, cfg.run.dir
+    sw = cfg.sweep
     compared = methods.sweep_methods(cfg)
     domains = sw.domains or cfg.resample.all_domains
+    layout = RunLayout.of(cfg)
     for d in domains if check_data else []:
-        if not (run_dir / cfg.pack.output / "domain" / d / "data").exists():
+        if not (layout.packed_domain(d) / "data").exists():
             raise SweepSpecError(f"config key 'sweep.domains': {d!r} has no packed train data under "
-                                 f"{run_dir / cfg.pack.output / 'domain' / d} (pack it with "
+                                 f"{layout.packed_domain(d)} (pack it with "
                                  f"`slm data pack resample.domain={d} 'pack.sets=[domain]'`)")
         for name in compared:
-            subset = methods.get(name).pretrain_set(d)
-            if not (run_dir / cfg.pack.output / subset / "data").exists():
-                raise SweepSpecError(f"config key 'sweep.methods': {name} for {d!r} pretrains on "
-                                     f"{run_dir / cfg.pack.output / subset}, which is not packed")
+            subset = layout.packed(methods.get(name).pretrain_set(d))
+            if not (subset / "data").exists():
+                raise SweepSpecError(f"config key 'sweep.methods': {name} for {d!r} pretrains on {subset}, "
+                                     f"which is not packed")
     sizes = _sizes(cfg, list(dict.fromkeys([*sw.sizes, *([sw.large_size] if sw.large_size else [])])))
     for size in sw.sizes:
         inference = sizes[size]["inference_flops_per_token"]
@@ -203,8 +205,8 @@ def _vocab_and_seq_len(cfg: JobConfig) -> tuple[int, int]:
     """From the run's tokenizer and packed data, or the config when they are not made yet (a dry run)."""
     from slm.train.trainer import vocab_size
 
-    tok = cfg.run.dir / cfg.tokenizer.output / "tokenizer.json"
-    return (vocab_size(cfg.run.dir, cfg) if tok.exists() else cfg.tokenizer.vocab_size), cfg.pack.seq_len
+    made = RunLayout.of(cfg).tokenizer_json.exists()
+    return (vocab_size(cfg.run.dir, cfg) if made else cfg.tokenizer.vocab_size), cfg.pack.seq_len
 
 
 def format_plan(p: dict) -> str:
@@ -252,7 +254,7 @@ def run_config(cfg: JobConfig, run: dict) -> JobConfig:
     if run["eval_every"]:
         values["pretrain.train.eval_every"] = run["eval_every"]
     if run["teacher"]:
-        values["pretrain.teacher.checkpoint"] = str(cfg.run.dir / cfg.pretrain.output / run["teacher"] / "model.safetensors")
+        values["pretrain.teacher.checkpoint"] = str(RunLayout.of(cfg).pretrained(run["teacher"]).model)
         values["pretrain.teacher.kd_steps"] = run["kd_steps"]
     return with_values(cfg, values)
 
@@ -296,11 +298,9 @@ def pretrain_all(cfg: JobConfig, runs: list[dict]) -> None:
 def trial_config(job: dict, t: dict) -> JobConfig:
     """The job a trial is: the snapshot it specializes, its domain, data and step budgets, seed, expert
     (C6) and teacher (distillation: wave 1's specialized large model for the same cell and seed)."""
-    from slm.train.callbacks import snapshot_path
-
     cfg = from_dict(JobConfig, job)
     values: dict[str, Any] = {
-        "specialize.source": str(snapshot_path(cfg.run.dir / cfg.pretrain.output / t["source"], t["pretrain_steps"])),
+        "specialize.source": str(RunLayout.of(cfg).pretrained(t["source"]).snapshot(t["pretrain_steps"])),
         "specialize.name": t["name"], "specialize.domain": t["domain"], "specialize.domain_tokens": t["domain_tokens"],
         "specialize.train.budget": {"steps": t["specialize_steps"]}}
     if t["seed"] is not None:
@@ -308,12 +308,12 @@ def trial_config(job: dict, t: dict) -> JobConfig:
     if t["expert"] is not None:
         values["specialize.expert"] = t["expert"]
     if t["teacher"]:
-        values["specialize.teacher.checkpoint"] = str(teacher_folder(cfg, t) / "model.safetensors")
+        values["specialize.teacher.checkpoint"] = str(teacher_output(cfg, t).model)
     return with_values(cfg, values)
 
 
-def teacher_folder(cfg: JobConfig, t: dict) -> Path:
-    return cfg.run.dir / cfg.specialize.output / t["domain"] / t["teacher"]
+def teacher_output(cfg: JobConfig, t: dict) -> TrainOutput:
+    return RunLayout.of(cfg).specialized(t["domain"], t["teacher"])
 
 
 def specialize_trial(config: dict) -> None:
@@ -329,42 +329,9 @@ def specialize_trial(config: dict) -> None:
     with log.open("a") as f:  # an audit line per trial start: what a restored sweep ran again
         f.write(json.dumps({"trial": t["name"], "started": time.time()}) + "\n")
     m = specialize(cfg, cfg.run.dir)
-    teacher = read_manifest(teacher_folder(cfg, t)) if t["teacher"] else None
+    teacher = read_manifest(teacher_output(cfg, t).dir) if t["teacher"] else None
     ray.tune.report(row(t, m, json.loads(Path(config["snapshots"][t["source"]]).read_text()), teacher,
                         json.loads(Path(config["snapshots"][t["teacher_run"]]).read_text()) if teacher else None))
-
-
-def row(t: dict, m: dict, snapshots: dict, teacher: dict | None = None, teacher_snapshots: dict | None = None) -> dict:
-    """A trial's line of the results table. A distilled student's costs include its teacher's: the large
-    model's pretraining is generic (paid once), its specialization per domain."""
-    snap = snapshots[str(t["pretrain_steps"])]
-    pre, spec = snap["cost"], m["cost"]
-    # SLM-is: C_generic = 0, all of it per domain (a distilled student is the generic model's)
-    domain_specific = t["method"] != methods.DISTILLED and methods.get(t["method"]).per_domain
-    pre_flops, pre_seconds = pre["flops"], pre["device_seconds"]
-    spec_flops, spec_seconds = spec["flops"], spec["device_seconds"]
-    if teacher is not None:
-        teacher_pre = teacher_snapshots[str(t["pretrain_steps"])]["cost"]
-        pre_flops, pre_seconds = pre_flops + teacher_pre["flops"], pre_seconds + teacher_pre["device_seconds"]
-        spec_flops += teacher["cost"]["flops"]
-        spec_seconds += teacher["cost"]["device_seconds"]
-    d = t["domain"]
-    return {
-        "trial": t["name"], "setting": t["setting"], "seed": t["seed"], "method": t["method"], "size": t["size"],
-        "expert": t["expert"], "params": m["params"],
-        "inference_flops_per_token": m["inference_flops_per_token"], "pretrain_steps": t["pretrain_steps"],
-        "pretrain_flops": pre_flops, "pretrain_device_seconds": pre_seconds,
-        "generic_flops": 0.0 if domain_specific else pre_flops,
-        "generic_device_seconds": 0.0 if domain_specific else pre_seconds,
-        "domain": d, "domain_tokens": t["domain_tokens"], "specialize_steps": t["specialize_steps"],
-        "specialize_flops": spec_flops, "specialize_device_seconds": spec_seconds,
-        "per_domain_flops": spec_flops + (pre_flops if domain_specific else 0.0),
-        "per_domain_device_seconds": spec_seconds + (pre_seconds if domain_specific else 0.0),
-        "perplexity": m["eval"][d]["perplexity"], "accuracy": m["eval"][d]["accuracy"],
-        "perplexity_before": m["eval_before"][d]["perplexity"], "accuracy_before": m["eval_before"][d]["accuracy"],
-        # what a scheduler compares (ASHA's intermediate reports carry the training loss at "step")
-        "loss": m["eval"][d]["loss"], "step": t["specialize_steps"],
-    }
 
 
 def trial_resources(train) -> dict:
@@ -424,7 +391,6 @@ def run_wave(cfg: JobConfig, trials: list[dict], wave: int, snapshots: dict[str,
 def run_sweep(cfg: JobConfig) -> dict:
     """Plan, pretrain what is missing, run (or resume) the trials on Tune, write the results table."""
     from slm.runtime import init_ray
-    from slm.train.callbacks import snapshot_path
     from slm.train.trainer import packed
 
     # Tune runs each trial in its own folder: every path a trial reads must be absolute. A sweep's runs
@@ -441,14 +407,15 @@ def run_sweep(cfg: JobConfig) -> dict:
     init_ray(cfg.ray)
     pretrain_all(cfg, p["runs"])
     snapshots = {}
+    layout = RunLayout.of(cfg)
     for run in p["runs"]:
-        output = cfg.run.dir / cfg.pretrain.output / run["name"]
-        missing = [s for s in run["snapshots"] if not snapshot_path(output, s).exists()]
+        output = layout.pretrained(run["name"])
+        missing = [s for s in run["snapshots"] if not output.snapshot(s).exists()]
         if missing:  # fail here, not in every trial that would start from them
             raise RuntimeError(f"sweep: pretraining run {run['name']} finished without snapshots at steps {missing} "
-                               f"in {output / 'snapshots'}; delete {output} and rerun")
-        snapshots[run["name"]] = str(output / "snapshots" / "snapshots.json")
-    write_curves(p["runs"], cfg.run.dir / cfg.pretrain.output, out)
+                               f"in {output.snapshots}; delete {output.dir} and rerun")
+        snapshots[run["name"]] = str(output.snapshot_index)
+    write_curves(p["runs"], layout, out)
     for domain in sorted({t["domain"] for t in p["trials"]}):  # the arrays trials read, made once
         packed(cfg.run.dir, cfg, f"domain/{domain}")
     results, failed = [], []

@@ -1,5 +1,6 @@
-"""A sweep's results table: one row per trial (one setting at one seed), and the same table folded over
-seeds into one row per setting with the mean and its standard error.
+"""A sweep's results table: one row per trial (one setting at one seed, ``row``), and the same table
+folded over seeds into one row per setting with the mean and its standard error; the pretraining runs'
+evaluation curves (``curves.parquet``).
 
 What "within noise" means here, in one place: two settings differ by ``d ± se`` with
 ``se = sqrt(se_a² + se_b²)`` (the standard errors of their means over seeds); the difference is
@@ -15,7 +16,9 @@ import math
 import statistics
 from pathlib import Path
 
+from slm import methods
 from slm.artifacts import atomic_path
+from slm.layout import RunLayout
 
 COLUMNS = ["method", "size", "expert", "params", "inference_flops_per_token", "pretrain_steps", "pretrain_flops",
            "pretrain_device_seconds", "generic_flops", "generic_device_seconds", "domain", "domain_tokens",
@@ -34,6 +37,39 @@ SEPARABLE_SE = 2.0  # a difference of at least this many standard errors is sepa
 
 def finite(x) -> bool:
     return x is not None and math.isfinite(x)
+
+
+def row(t: dict, m: dict, snapshots: dict, teacher: dict | None = None, teacher_snapshots: dict | None = None) -> dict:
+    """A trial's line of the results table. A distilled student's costs include its teacher's: the large
+    model's pretraining is generic (paid once), its specialization per domain."""
+    snap = snapshots[str(t["pretrain_steps"])]
+    pre, spec = snap["cost"], m["cost"]
+    # SLM-is: C_generic = 0, all of it per domain (a distilled student is the generic model's)
+    domain_specific = t["method"] != methods.DISTILLED and methods.get(t["method"]).per_domain
+    pre_flops, pre_seconds = pre["flops"], pre["device_seconds"]
+    spec_flops, spec_seconds = spec["flops"], spec["device_seconds"]
+    if teacher is not None:
+        teacher_pre = teacher_snapshots[str(t["pretrain_steps"])]["cost"]
+        pre_flops, pre_seconds = pre_flops + teacher_pre["flops"], pre_seconds + teacher_pre["device_seconds"]
+        spec_flops += teacher["cost"]["flops"]
+        spec_seconds += teacher["cost"]["device_seconds"]
+    d = t["domain"]
+    return {
+        "trial": t["name"], "setting": t["setting"], "seed": t["seed"], "method": t["method"], "size": t["size"],
+        "expert": t["expert"], "params": m["params"],
+        "inference_flops_per_token": m["inference_flops_per_token"], "pretrain_steps": t["pretrain_steps"],
+        "pretrain_flops": pre_flops, "pretrain_device_seconds": pre_seconds,
+        "generic_flops": 0.0 if domain_specific else pre_flops,
+        "generic_device_seconds": 0.0 if domain_specific else pre_seconds,
+        "domain": d, "domain_tokens": t["domain_tokens"], "specialize_steps": t["specialize_steps"],
+        "specialize_flops": spec_flops, "specialize_device_seconds": spec_seconds,
+        "per_domain_flops": spec_flops + (pre_flops if domain_specific else 0.0),
+        "per_domain_device_seconds": spec_seconds + (pre_seconds if domain_specific else 0.0),
+        "perplexity": m["eval"][d]["perplexity"], "accuracy": m["eval"][d]["accuracy"],
+        "perplexity_before": m["eval_before"][d]["perplexity"], "accuracy_before": m["eval_before"][d]["accuracy"],
+        # what a scheduler compares (ASHA's intermediate reports carry the training loss at "step")
+        "loss": m["eval"][d]["loss"], "step": t["specialize_steps"],
+    }
 
 
 def write_table(rows: list[dict], out: Path) -> Path:
@@ -72,7 +108,7 @@ def menu(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r.get("expert") is None]
 
 
-def write_curves(runs: list[dict], checkpoints: Path, out: Path) -> Path:
+def write_curves(runs: list[dict], layout: RunLayout, out: Path) -> Path:
     """Every evaluation the pretraining runs logged (``metrics.jsonl`` rows with ``eval.macro.*``: the
     macro average over the valid domains of the model each domain is served by), a row each, in
     ``curves.parquet``: how each run's valid loss fell with its steps (C5, the saturation check)."""
@@ -83,7 +119,7 @@ def write_curves(runs: list[dict], checkpoints: Path, out: Path) -> Path:
 
     rows = []
     for run in runs:
-        log = checkpoints / run["name"] / "logs" / "metrics.jsonl"
+        log = layout.pretrained(run["name"]).metrics
         seen: dict[int, dict] = {}  # a resumed run logs the steps after its checkpoint twice: keep the last
         for line in log.read_text().splitlines() if log.exists() else []:
             m = json.loads(line)
