@@ -6,6 +6,9 @@
     slm corpus import PATH (--generic | --domain NAME) [...]
     slm data embed|cluster|histogram|resample|tokenizer|pack [--config JOB.yaml] [key=value ...]
     slm data resample --domain D --tokens N --method crisp|dsir|uniform [...]
+
+Each command imports what it runs inside its own function: `slm --help`, `slm config` and the corpus
+commands stay quick, where the training stack (torch, Ray and their dependencies) takes seconds to import.
 """
 
 from __future__ import annotations

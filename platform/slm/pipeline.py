@@ -15,14 +15,26 @@ from pathlib import Path
 from slm import methods
 from slm.artifacts import atomic_write_json, atomic_write_text, write_manifest
 from slm.config import ConfigError, JobConfig, config_hash, dump_yaml
+from slm.corpus.build import build
+from slm.corpus.layout import domain_dir
+from slm.data.bpe import train_bpe
+from slm.data.cluster import cluster
+from slm.data.embed import default_output, embed_corpus
+from slm.data.histogram import write_histograms
+from slm.data.pack import pack
+from slm.data.resample import resample
+from slm.data.stats import corpus_stats, format_table
 from slm.layout import MissingInputError, RunLayout, require
+from slm.runtime import PeakMemory, init_ray, shutdown_ray
+from slm.train.trainer import pretrain, specialize
+from slm.tune.report import report
+from slm.tune.sweep import run_sweep, sweep_dir
 
 Stage = Callable[[JobConfig, Path], dict]
 
 
 def stage_corpus(cfg: JobConfig, run_dir: Path) -> dict:
     """Fetch and build the bundled corpus into ``corpus.dir`` (skipped when complete and current)."""
-    from slm.corpus.build import build
 
     manifest = build(cfg.corpus)
     return {"corpus_dir": cfg.corpus.dir, "generic_documents": manifest.get("generic", {}).get("documents"),
@@ -31,8 +43,6 @@ def stage_corpus(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_stats(cfg: JobConfig, run_dir: Path) -> dict:
     """Per-source document and token counts of ``corpus.dir``, computed on Ray Data."""
-    from slm.data.stats import corpus_stats, format_table
-    from slm.runtime import init_ray
 
     init_ray(cfg.ray)
     started = time.perf_counter()
@@ -49,15 +59,11 @@ def stage_stats(cfg: JobConfig, run_dir: Path) -> dict:
 
 
 def embed_dir(cfg: JobConfig) -> Path:
-    from slm.data.embed import default_output
-
     return Path(cfg.embed.output or default_output(Path(cfg.corpus.dir).expanduser(), cfg.embed)).expanduser()
 
 
 def stage_embed(cfg: JobConfig, run_dir: Path) -> dict:
     """Window and embed the corpus (generic + domain train splits) on a Ray Data actor pool."""
-    from slm.data.embed import embed_corpus
-    from slm.runtime import init_ray
 
     init_ray(cfg.ray)
     m = embed_corpus(cfg.corpus.dir, cfg.embed, embed_dir(cfg))
@@ -66,8 +72,6 @@ def stage_embed(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_cluster(cfg: JobConfig, run_dir: Path) -> dict:
     """k-means of the generic windows; every window assigned to its coarse cluster and leaf."""
-    from slm.data.cluster import cluster
-    from slm.runtime import init_ray
 
     init_ray(cfg.ray)
     out = RunLayout.of(cfg).clusters
@@ -77,7 +81,6 @@ def stage_cluster(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_histogram(cfg: JobConfig, run_dir: Path) -> dict:
     """Each domain's smoothed cluster histogram, its entropy and its KL to generic."""
-    from slm.data.histogram import write_histograms
 
     layout = RunLayout.of(cfg)
     result = write_histograms(require(layout.clusters_json, "cluster").parent, cfg.histogram.alpha,
@@ -88,10 +91,7 @@ def stage_histogram(cfg: JobConfig, run_dir: Path) -> dict:
 def stage_resample(cfg: JobConfig, run_dir: Path) -> dict:
     """Generic subsets aimed at each of ``resample.domains`` (``resample.domain``), one per method, with
     their KL to the domain."""
-    import json
 
-    from slm.data.resample import resample
-    from slm.runtime import init_ray
 
     init_ray(cfg.ray)
     layout = RunLayout.of(cfg)
@@ -109,7 +109,6 @@ def stage_resample(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_tokenizer(cfg: JobConfig, run_dir: Path) -> dict:
     """Train the byte-level BPE on the generic corpus."""
-    from slm.data.bpe import train_bpe
 
     layout = RunLayout.of(cfg)
     m = train_bpe(cfg.corpus.dir, layout.tokenizer, cfg.tokenizer.vocab_size, cfg.tokenizer.max_chars or None)
@@ -118,8 +117,6 @@ def stage_tokenizer(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
     """Tokenize and pack the requested sets into sequences that keep their cluster ids."""
-    from slm.data.pack import pack
-    from slm.runtime import init_ray
 
     init_ray(cfg.ray)
     layout = RunLayout.of(cfg)
@@ -137,7 +134,6 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
                 data = require(layout.resampled(domain, method) / "data", "resample")
                 jobs.append((f"resampled/{domain}/{method}", data, None))
     if "valid" in cfg.pack.sets:
-        from slm.corpus.layout import domain_dir
 
         for d in cfg.corpus.domains:
             files = sorted(str(f) for f in domain_dir(cfg.corpus.dir, d, "valid").glob("*.parquet"))
@@ -155,29 +151,21 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_pretrain(cfg: JobConfig, run_dir: Path) -> dict:
     """Pretrain ``pretrain.method`` at ``pretrain.model``'s size within ``pretrain.train.budget`` on Ray Train."""
-    from slm.train.trainer import pretrain
-
     return pretrain(cfg, run_dir)  # the manifest: costs, evaluation, where the model is
 
 
 def stage_specialize(cfg: JobConfig, run_dir: Path) -> dict:
     """Instantiate a pretrained model for a domain, fine-tune it on ``specialize.domain_tokens``, evaluate."""
-    from slm.train.trainer import specialize
-
     return specialize(cfg, run_dir)
 
 
 def stage_sweep(cfg: JobConfig, run_dir: Path) -> dict:
     """The budget sweep of ``sweep`` on Ray Tune: pretraining once per (method, size), trials for the rest."""
-    from slm.tune.sweep import run_sweep
-
     return run_sweep(cfg)
 
 
 def stage_report(cfg: JobConfig, run_dir: Path) -> dict:
     """The sweep's frontier plots and Markdown summary, under its folder's report/."""
-    from slm.tune.report import report
-    from slm.tune.sweep import sweep_dir
 
     result = report(sweep_dir(cfg))
     print(f"[report] {result['rows']} rows; plots {result['plots']} in {result['report']}", flush=True)
@@ -210,7 +198,6 @@ def check_stages(cfg: JobConfig) -> None:
 
 def run_job(cfg: JobConfig) -> dict[str, dict]:
     """Run every stage of ``cfg`` in order; return each stage's summary."""
-    from slm.runtime import PeakMemory, shutdown_ray
 
     check_stages(cfg)
     methods.check_job(cfg)

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import threading
 from pathlib import Path
+
+import psutil
 
 from slm.config import RayConfig
 
 
 def init_ray(cfg: RayConfig):
     """Initialise Ray once per process according to ``cfg``; return the Ray context."""
-    import ray
+    import ray  # here, not at the top: the CLI's quick commands (config, corpus) never import Ray
 
     if ray.is_initialized():
         return ray.get_runtime_context()
@@ -64,7 +67,6 @@ def cpu_flags() -> frozenset[str]:
 
 def cpu_model() -> str:
     """This machine's CPU model name (``platform.processor()`` where /proc/cpuinfo is not)."""
-    import platform
 
     return _cpuinfo_field("model name") or platform.processor()
 
@@ -103,8 +105,6 @@ class PeakMemory:
         return round(self.peak_bytes / 2**30, 2)
 
     def sample(self) -> int:
-        import psutil
-
         me = psutil.Process()
         total = 0
         for p in [me, *me.children(recursive=True)]:

@@ -55,8 +55,6 @@ def kl(p: np.ndarray, q: np.ndarray) -> float:
 
 
 def domain_histograms(cluster_dir: str | Path, alpha: float, domains: list[str] | None = None) -> dict:
-    import json
-
     info = json.loads((Path(cluster_dir) / "clusters.json").read_text())
     sizes, leaves = load_sizes(cluster_dir), info["leaves"]
     generic = counts_by_leaf(sizes, GENERIC, leaves)

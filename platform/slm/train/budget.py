@@ -16,7 +16,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+import torch
+
 from slm.config import BudgetConfig
+from slm.models.gpt import GPT
 
 
 @dataclass
@@ -59,9 +62,5 @@ def horizon_steps(budget: BudgetConfig, tokens_per_step: int, flops_per_step: fl
 
 
 def dense_flops_per_token(gpt_cfg, training: bool = True) -> int:
-    import torch
-
-    from slm.models.gpt import GPT
-
     with torch.device("meta"):
         return GPT(gpt_cfg).flops_per_token(training=training)

@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 
 import torch
+from torch.utils.tensorboard import SummaryWriter
 
+from slm.artifacts import atomic_write_json
 from slm.layout import TrainOutput
 
 
@@ -59,7 +61,6 @@ class MetricsLogger(Callback):
     def on_train_start(self, loop) -> None:
         if loop.rank != 0:
             return
-        from torch.utils.tensorboard import SummaryWriter
 
         self.output.logs.mkdir(parents=True, exist_ok=True)
         self.jsonl = open(self.output.metrics, "a")  # noqa: SIM115 (open for the whole run)
@@ -137,7 +138,6 @@ class Snapshotter(Callback):
         model = loop.exported_model()  # every rank: a gather under ZeRO-3
         if loop.rank != 0:
             return
-        from slm.artifacts import atomic_write_json
 
         path, index = loop.output.snapshot(step), loop.output.snapshot_index
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from slm.artifacts import atomic_path, is_complete, write_manifest
 
@@ -24,7 +25,6 @@ ARRAYS = "arrays"
 
 def materialize(packed_dir: str | Path) -> Path:
     """``<packed_dir>/data/*.parquet`` → ``<packed_dir>/arrays/{tokens,coarse,leaf}.npy`` (skipped when done)."""
-    import pyarrow.parquet as pq
 
     packed_dir = Path(packed_dir).expanduser().resolve()  # workers run elsewhere: absolute paths only
     out = packed_dir / ARRAYS

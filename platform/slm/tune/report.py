@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from slm import methods
 from slm.artifacts import atomic_path, atomic_write_text
 from slm.tune.claims import write_claims
@@ -82,7 +84,6 @@ def _scatter(ax, rows: list[dict], cost, title: str, xlabel: str) -> None:
 def _log_x(ax, xs: list[float]) -> None:
     """A log x axis with a few short labels: matplotlib labels every minor tick of a span under a decade
     with long 2.2×10¹² labels that overlap."""
-    import numpy as np
     from matplotlib import ticker
 
     ax.set_xscale("log")
@@ -96,6 +97,7 @@ def _log_x(ax, xs: list[float]) -> None:
 
 
 def _figure(path: Path, panels: list[tuple[str, list[dict]]], cost, xlabel: str) -> None:
+    # matplotlib only when drawing, and its file backend chosen before pyplot loads (no display here).
     import matplotlib
 
     matplotlib.use("Agg")

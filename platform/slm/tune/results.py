@@ -12,9 +12,14 @@ standard error is ``None`` and nothing about it is called separable or a tie.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
 from slm import methods
 from slm.artifacts import atomic_path
@@ -73,10 +78,6 @@ def row(t: dict, m: dict, snapshots: dict, teacher: dict | None = None, teacher_
 
 
 def write_table(rows: list[dict], out: Path) -> Path:
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
-
     table = pa.Table.from_pylist([{k: r[k] for k in COLUMNS} for r in sorted(rows, key=lambda r: r["trial"])])
     with atomic_path(out / "results.parquet") as tmp:
         pq.write_table(table, tmp)
@@ -88,7 +89,6 @@ def write_table(rows: list[dict], out: Path) -> Path:
 def read_table(sweep: str | Path) -> list[dict]:
     """A sweep's rows. A table written before the seed axis has no ``setting`` / ``seed`` columns: each of
     its trials is its own setting, at an unrecorded seed."""
-    import pyarrow.parquet as pq
 
     path = Path(sweep)
     path = path / "results.parquet" if path.is_dir() else path
@@ -112,10 +112,6 @@ def write_curves(runs: list[dict], layout: RunLayout, out: Path) -> Path:
     """Every evaluation the pretraining runs logged (``metrics.jsonl`` rows with ``eval.macro.*``: the
     macro average over the valid domains of the model each domain is served by), a row each, in
     ``curves.parquet``: how each run's valid loss fell with its steps (C5, the saturation check)."""
-    import json
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     rows = []
     for run in runs:
@@ -140,7 +136,6 @@ def write_curves(runs: list[dict], layout: RunLayout, out: Path) -> Path:
 
 def read_curves(sweep: str | Path) -> list[dict]:
     """A sweep's curves table (empty for a sweep that wrote none)."""
-    import pyarrow.parquet as pq
 
     path = Path(sweep) / "curves.parquet"
     return pq.read_table(path).to_pylist() if path.exists() else []

@@ -31,10 +31,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+import ray
+import ray.tune
+from ray.tune import RunConfig as TuneRunConfig
+from ray.tune import TuneConfig, Tuner
+from ray.tune.schedulers import ASHAScheduler
+
 from slm import methods
-from slm.artifacts import atomic_write_json
+from slm.artifacts import atomic_write_json, read_manifest
 from slm.config import ConfigError, JobConfig, config_hash, from_dict, size_config, to_dict
 from slm.layout import RunLayout, TrainOutput
+from slm.models.gpt import ModelConfigError
+from slm.runtime import init_ray
+from slm.train.budget import dense_flops_per_token
+from slm.train.hardware import planning_peak
+from slm.train.trainer import gpt_config, packed, pretrain, pretrain_data, specialize, valid_sets, vocab_size
 from slm.tune.results import row, write_curves, write_table
 
 
@@ -56,10 +67,6 @@ def seed_suffix(seed: int | None) -> str:
 
 
 def _sizes(cfg: JobConfig, names: list[str]) -> dict[str, dict]:
-    from slm.models.gpt import ModelConfigError
-    from slm.train.budget import dense_flops_per_token
-    from slm.train.trainer import gpt_config
-
     vocab, seq_len = _vocab_and_seq_len(cfg)
     sizes = {}
     for size in names:
@@ -76,7 +83,6 @@ def _sizes(cfg: JobConfig, names: list[str]) -> dict[str, dict]:
 def plan(cfg: JobConfig, check_data: bool = True) -> dict:
     """Every pretraining run and trial of ``cfg.sweep``, validated, with estimated costs.
     ``check_data=False`` (a dry run on another machine than the cluster's) skips the packed-data checks."""
-    from slm.train.hardware import planning_peak
 
     methods.check_job(cfg)
     sw = cfg.sweep
@@ -203,7 +209,6 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
 
 def _vocab_and_seq_len(cfg: JobConfig) -> tuple[int, int]:
     """From the run's tokenizer and packed data, or the config when they are not made yet (a dry run)."""
-    from slm.train.trainer import vocab_size
 
     made = RunLayout.of(cfg).tokenizer_json.exists()
     return (vocab_size(cfg.run.dir, cfg) if made else cfg.tokenizer.vocab_size), cfg.pack.seq_len
@@ -261,7 +266,6 @@ def run_config(cfg: JobConfig, run: dict) -> JobConfig:
 
 def _pretrain_task(job: dict, *teachers) -> str:
     """One pretraining run in a Ray task (``teachers``: the runs it waits for, already finished)."""
-    from slm.train.trainer import pretrain
 
     cfg = from_dict(JobConfig, job)
     pretrain(cfg, cfg.run.dir)
@@ -272,9 +276,6 @@ def pretrain_all(cfg: JobConfig, runs: list[dict]) -> None:
     """Every pretraining run of the plan. Ray Train runs go one at a time from this driver; runs in their
     own process are Ray tasks, as many at once as the cluster's resources allow, a SALT run after its
     teacher (Ray passes the teacher's result as the task's argument, so it waits for it)."""
-    import ray
-
-    from slm.train.trainer import pretrain, pretrain_data, valid_sets
 
     train = cfg.pretrain.train
     if train.num_workers:
@@ -318,10 +319,6 @@ def teacher_output(cfg: JobConfig, t: dict) -> TrainOutput:
 
 def specialize_trial(config: dict) -> None:
     """The Tune function trainable: one specialization of one snapshot."""
-    import ray.tune
-
-    from slm.artifacts import read_manifest
-    from slm.train.trainer import specialize
 
     t = config["trial"]
     cfg = trial_config(config["job"], t)
@@ -343,8 +340,6 @@ def trial_resources(train) -> dict:
 
 
 def concurrency(cfg: JobConfig) -> int:
-    import ray
-
     if cfg.sweep.max_concurrent_trials:
         return cfg.sweep.max_concurrent_trials
     t = cfg.specialize.train
@@ -356,9 +351,6 @@ def concurrency(cfg: JobConfig) -> int:
 
 def run_wave(cfg: JobConfig, trials: list[dict], wave: int, snapshots: dict[str, str], out: Path) -> list:
     """One wave of trials on Tune (restored if an earlier invocation started it); its results."""
-    import ray.tune
-    from ray.tune import RunConfig as TuneRunConfig
-    from ray.tune import TuneConfig, Tuner
 
     storage = cfg.sweep.storage_path or str((out / "tune").resolve())
     trainable = ray.tune.with_resources(specialize_trial, trial_resources(cfg.specialize.train))
@@ -371,7 +363,6 @@ def run_wave(cfg: JobConfig, trials: list[dict], wave: int, snapshots: dict[str,
     else:
         scheduler = None
         if cfg.sweep.scheduler == "asha":
-            from ray.tune.schedulers import ASHAScheduler
 
             scheduler = ASHAScheduler(time_attr="step", max_t=max(cfg.sweep.specialize_steps), grace_period=1)
         tuner = Tuner(
@@ -390,8 +381,6 @@ def run_wave(cfg: JobConfig, trials: list[dict], wave: int, snapshots: dict[str,
 
 def run_sweep(cfg: JobConfig) -> dict:
     """Plan, pretrain what is missing, run (or resume) the trials on Tune, write the results table."""
-    from slm.runtime import init_ray
-    from slm.train.trainer import packed
 
     # Tune runs each trial in its own folder: every path a trial reads must be absolute. A sweep's runs
     # live under its own folder, so that they never overwrite the run directory's other checkpoints.
