@@ -37,7 +37,7 @@ import hashlib, json, sys
 from pathlib import Path
 import torch
 import slm
-from slm.config import load_job
+from slm.job import load_job
 from slm.train.trainer import pretrain, specialize
 
 def sha(path):

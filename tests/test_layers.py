@@ -11,9 +11,11 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "platform" / "slm"
 
-# Lowest first. A module's layer is that of its longest matching prefix.
+# Lowest first. A module's layer is that of its longest matching prefix, except that every package's
+# config schemas (``slm.<package>.config``) sit with the loader and the job root in the lowest layer:
+# anything may read a config, and loading one imports nothing heavy.
 LAYERS = [
-    ["slm.config", "slm.artifacts", "slm.runtime", "slm.layout"],
+    ["slm.config", "slm.job", "slm.artifacts", "slm.runtime", "slm.layout"],
     ["slm.corpus"],
     ["slm.data"],
     ["slm.models"],
@@ -25,6 +27,8 @@ LAYERS = [
 
 
 def layer(module: str) -> int | None:
+    if module.count(".") == 2 and module.endswith(".config"):
+        return 0
     best = None
     for i, prefixes in enumerate(LAYERS):
         for prefix in prefixes:

@@ -17,7 +17,8 @@ import argparse
 import json
 import sys
 
-from slm.config import ConfigError, JobConfig, dump_yaml, load_job
+from slm.config import ConfigError, dump_yaml
+from slm.job import JobConfig, load_job
 
 
 def _load(path, overrides) -> JobConfig:

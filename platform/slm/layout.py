@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from slm.config import JobConfig
+from slm.job import JobConfig
 
 
 class MissingInputError(FileNotFoundError):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from slm import methods
 from slm.artifacts import atomic_write_json, atomic_write_text, write_manifest
-from slm.config import ConfigError, JobConfig, config_hash, dump_yaml
+from slm.config import ConfigError, config_hash, dump_yaml
 from slm.corpus.build import build
 from slm.corpus.layout import domain_dir
 from slm.data.bpe import train_bpe
@@ -24,6 +24,7 @@ from slm.data.histogram import write_histograms
 from slm.data.pack import pack
 from slm.data.resample import resample
 from slm.data.stats import corpus_stats, format_table
+from slm.job import JobConfig
 from slm.layout import MissingInputError, RunLayout, require
 from slm.runtime import PeakMemory, init_ray, shutdown_ray
 from slm.train.trainer import pretrain, specialize

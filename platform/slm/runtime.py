@@ -11,11 +11,22 @@ import contextlib
 import os
 import platform
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-from slm.config import RayConfig
+
+@dataclass
+class RayConfig:
+    """How to reach Ray. No address (and no RAY_ADDRESS) starts an embedded local Ray."""
+
+    address: str | None = None
+    num_cpus: int | None = None  # embedded Ray only; None = all CPUs
+    include_dashboard: bool = True
+    dashboard_host: str = "127.0.0.1"
+    dashboard_port: int = 8265
+
 
 
 def init_ray(cfg: RayConfig):
@@ -74,7 +85,7 @@ def cpu_model() -> str:
 def native_bf16(device_type: str) -> bool:
     """Whether ``device_type`` ("cpu" or "cuda") of this machine computes bfloat16 natively."""
     if device_type == "cuda":
-        import torch  # only here: importing torch costs a CPU-only driver ~1.5 s
+        import torch  # only here: a CPU-only driver that never asks never pays torch's import
 
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     return bool(cpu_flags() & NATIVE_BF16_CPU_FLAGS)

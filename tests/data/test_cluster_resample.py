@@ -12,8 +12,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from slm.config import ClusterConfig
 from slm.data.cluster import Assigner, cluster
+from slm.data.config import ClusterConfig
 from slm.data.histogram import domain_histograms
 from slm.data.resample import resample
 from tests.conftest import embed_config_for_tests

@@ -12,11 +12,14 @@ import pytest
 import torch
 
 from slm import methods
-from slm.config import ConfigError, ModelConfig, TrainConfig, load_job
+from slm.config import ConfigError
+from slm.job import load_job
+from slm.models.config import ModelConfig
 from slm.models.gpt import preset
 from slm.models.soup import DomainPrior
 from slm.runtime import native_bf16
 from slm.train import hardware
+from slm.train.config import TrainConfig
 from slm.train.trainer import pretrain
 from tests.conftest import REPO, logged_rows, train_overrides
 

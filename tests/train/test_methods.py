@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from slm.config import BudgetConfig, ConfigError, load_job
+from slm.config import ConfigError
+from slm.job import load_job
 from slm.methods import check_job
 from slm.train.budget import Progress, exhausted
+from slm.train.config import BudgetConfig
 from slm.train.objectives import KDSchedule, kd_loss, learnable_difficulty
 from slm.train.trainer import TrainingInputError, pretrain, specialize
 from tests.conftest import train_overrides

@@ -13,7 +13,8 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from slm.config import ConfigError, load_job
+from slm.config import ConfigError
+from slm.job import load_job
 from slm.tune.advise import advise, format_advice
 from slm.tune.report import markdown, near_front, pareto
 from slm.tune.results import MEANS, aggregate

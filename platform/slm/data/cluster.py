@@ -27,8 +27,9 @@ from ray.data.aggregate import Count, Sum
 from sklearn.cluster import KMeans
 
 from slm.artifacts import atomic_path, atomic_write_json, is_complete, read_manifest, write_manifest
-from slm.config import ClusterConfig, config_hash
+from slm.config import config_hash
 from slm.corpus.documents import hash_uniform
+from slm.data.config import ClusterConfig
 from slm.data.embed import EMBEDDING_DIM, embedding_files
 from slm.data.execution import reproducible_execution
 

@@ -38,10 +38,11 @@ import ray.data
 from ray.data import ActorPoolStrategy
 
 from slm.artifacts import atomic_path, read_manifest, write_manifest
-from slm.config import EmbedConfig, config_hash
+from slm.config import config_hash
 from slm.corpus.documents import hash_uniform
 from slm.corpus.layout import corpus_files, domain_dir, domains
 from slm.data import tokenizers
+from slm.data.config import EmbedConfig
 from slm.data.execution import reproducible_execution
 from slm.runtime import native_bf16
 

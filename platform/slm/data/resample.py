@@ -26,11 +26,11 @@ import ray.data
 from ray.data.expressions import col
 
 from slm.artifacts import atomic_path, write_manifest
-from slm.config import EmbedConfig
 from slm.corpus.documents import hash_seed
 from slm.corpus.layout import corpus_files, domain_dir
 from slm.data import dsir
 from slm.data.cluster import load_sizes
+from slm.data.config import EmbedConfig
 from slm.data.embed import corpus_windows
 from slm.data.execution import reproducible_execution
 from slm.data.histogram import GENERIC, counts_by_leaf, kl, smoothed

@@ -5,7 +5,8 @@
 shipped here (the modules below); a new one is one more module here and its test (docs/architecture.md).
 """
 
-from slm.config import ConfigError, JobConfig
+from slm.config import ConfigError
+from slm.job import JobConfig
 from slm.methods import dense, mixture, projected, soup  # noqa: F401  (they register themselves)
 from slm.methods.base import Method
 from slm.methods.checkpoint import load_model, read_metadata, save_model

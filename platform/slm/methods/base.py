@@ -19,8 +19,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from slm.config import ConfigError, ModelConfig
+from slm.config import ConfigError
 from slm.data.samplers import UniformSampler
+from slm.models.config import ModelConfig
 from slm.models.gpt import GPT, GPTConfig, LMOutput
 
 

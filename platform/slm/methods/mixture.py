@@ -13,10 +13,11 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from slm.config import ConfigError, ModelConfig
+from slm.config import ConfigError
 from slm.data.samplers import ClusterSampler
 from slm.methods.base import Method
 from slm.methods.registry import register
+from slm.models.config import ModelConfig
 from slm.models.gpt import GPT, GPTConfig, LMOutput
 from slm.models.mixture import MixtureOfExperts
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import torch.nn as nn
 
-from slm.config import ModelConfig
 from slm.methods.mixture import ExpertMethod
 from slm.methods.registry import register
+from slm.models.config import ModelConfig
 from slm.models.gpt import GPTConfig
 from slm.models.projected import ProjectedNetwork
 

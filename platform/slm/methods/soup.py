@@ -10,10 +10,11 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from slm.config import ConfigError, ModelConfig
+from slm.config import ConfigError
 from slm.data.samplers import step_rng
 from slm.methods.base import Method
 from slm.methods.registry import register
+from slm.models.config import ModelConfig
 from slm.models.gpt import GPT, GPTConfig, LMOutput
 from slm.models.soup import DomainPrior, SoupOfExperts
 

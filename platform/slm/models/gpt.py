@@ -68,7 +68,7 @@ class GPTConfig:
 PRESETS: dict[str, GPTConfig] = {
     # Unit tests: a model that runs in milliseconds.
     "tiny": GPTConfig(vocab_size=512, seq_len=64, n_layer=2, d_model=64, n_head=2, d_ff=256),
-    # CPU experiments: a small model and a ~4× larger one (stack-notes: ~830 and ~250 tokens/s here).
+    # CPU experiments: a small model and a ~4× larger one (their speeds: docs/training.md).
     "cpu-small": GPTConfig(vocab_size=8192, seq_len=256, n_layer=4, d_model=256, n_head=4, d_ff=1024),
     "cpu-large": GPTConfig(vocab_size=8192, seq_len=256, n_layer=6, d_model=512, n_head=8, d_ff=2048),
     # The Plan-Early paper's shapes, for GPU clusters (vocabulary: ours, 32,768).

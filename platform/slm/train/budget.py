@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from slm.config import BudgetConfig
 from slm.models.gpt import GPT
+from slm.train.config import BudgetConfig
 
 
 @dataclass

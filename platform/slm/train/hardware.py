@@ -31,8 +31,9 @@ import torch
 from filelock import FileLock
 
 from slm.artifacts import atomic_write_json
-from slm.config import ConfigError, TrainConfig
+from slm.config import ConfigError
 from slm.runtime import NATIVE_BF16_CPU_FLAGS, cpu_flags, cpu_model, native_bf16
+from slm.train.config import TrainConfig
 
 DeviceType = Literal["cpu", "cuda"]
 Precision = Literal["fp32", "bf16"]

@@ -6,8 +6,8 @@ import torch
 from peft import LoraConfig as PeftLora
 from peft import inject_adapter_in_model
 
-from slm.config import LoraConfig
 from slm.models.gpt import GPT, GPTConfig
+from slm.train.config import LoraConfig
 
 
 def lora_wrap(model: GPT, lora: LoraConfig) -> torch.nn.Module:

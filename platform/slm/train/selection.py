@@ -8,8 +8,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from slm.config import SelectionConfig
 from slm.train.budget import dense_flops_per_token
+from slm.train.config import SelectionConfig
 from slm.train.data import PackedArrays
 from slm.train.module import TrainModule
 from slm.train.objectives import learnable_difficulty

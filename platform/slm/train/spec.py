@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from slm.config import LoraConfig, ModelConfig, SelectionConfig, TeacherConfig, TrainConfig
+from slm.models.config import ModelConfig
+from slm.train.config import LoraConfig, SelectionConfig, TeacherConfig, TrainConfig
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import ray.train.torch
 import torch
 import torch.nn as nn
 
-from slm.config import OptimConfig
+from slm.train.config import OptimConfig
 
 
 def lr_lambda(optim: OptimConfig, horizon: int | None):

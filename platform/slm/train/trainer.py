@@ -28,21 +28,14 @@ from ray.tune.integration.ray_train import TuneReportCallback
 
 from slm import methods
 from slm.artifacts import file_sha256, is_complete, read_manifest, write_manifest
-from slm.config import (
-    ConfigError,
-    JobConfig,
-    PretrainConfig,
-    RayConfig,
-    SpecializeConfig,
-    TeacherConfig,
-    TrainConfig,
-    config_hash,
-)
+from slm.config import ConfigError, config_hash
 from slm.data import histogram, tokenizers
+from slm.job import JobConfig
 from slm.layout import RunLayout, TrainOutput, require
 from slm.models.gpt import GPTConfig, preset, save_dense
-from slm.runtime import init_ray
+from slm.runtime import RayConfig, init_ray
 from slm.train.budget import dense_flops_per_token
+from slm.train.config import PretrainConfig, SpecializeConfig, TeacherConfig, TrainConfig
 from slm.train.data import materialize
 from slm.train.hardware import worker_precision
 from slm.train.loop import train_here, train_worker

@@ -39,8 +39,10 @@ from ray.tune.schedulers import ASHAScheduler
 
 from slm import methods
 from slm.artifacts import atomic_write_json, read_manifest
-from slm.config import ConfigError, JobConfig, config_hash, from_dict, size_config, to_dict
+from slm.config import ConfigError, config_hash, from_dict, to_dict
+from slm.job import JobConfig
 from slm.layout import RunLayout, TrainOutput
+from slm.models.config import size_config
 from slm.models.gpt import ModelConfigError
 from slm.runtime import init_ray
 from slm.train.budget import dense_flops_per_token
