@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import ray
 import ray.tune
@@ -39,13 +39,14 @@ from ray.tune.schedulers import ASHAScheduler
 
 from slm import methods
 from slm.artifacts import atomic_write_json, read_manifest
-from slm.config import ConfigError, config_hash, from_dict, to_dict
+from slm.config import ConfigError, config_hash, to_dict
 from slm.job import JobConfig
 from slm.layout import RunLayout, TrainOutput
 from slm.models.config import size_config
 from slm.models.gpt import ModelConfigError
 from slm.runtime import init_ray
 from slm.train.budget import dense_flops_per_token
+from slm.train.config import BudgetConfig
 from slm.train.hardware import planning_peak
 from slm.train.trainer import gpt_config, packed, pretrain, pretrain_data, specialize, valid_sets, vocab_size
 from slm.tune.results import row, write_curves, write_table
@@ -235,41 +236,25 @@ def format_plan(p: dict) -> str:
 # ------------------------------------------------------------------------------------------ running
 
 
-def with_values(cfg: JobConfig, values: dict[str, Any]) -> JobConfig:
-    """``cfg`` with the dotted keys of ``values`` set (typed values, checked as a config file's are)."""
-    data = to_dict(cfg)
-    for key, value in values.items():
-        *path, last = key.split(".")
-        node = data
-        for part in path:
-            node = node[part]
-        node[last] = value
-    return from_dict(JobConfig, data)
-
-
 def run_config(cfg: JobConfig, run: dict) -> JobConfig:
-    """The job a sweep's pretraining run is: its method, size, budget, snapshots, seed, teacher."""
-    model = size_config(run["size"])
-    values: dict[str, Any] = {
-        "pretrain.method": run["method"], "pretrain.name": run["name"], "pretrain.model.depth": model.depth,
-        "pretrain.model.preset": model.preset, "pretrain.train.budget": {"steps": run["steps"]},
-        "pretrain.snapshot_steps": run["snapshots"]}
-    if run["domain"]:
-        values["resample.domain"] = run["domain"]
-    if run["seed"] is not None:
-        values["pretrain.train.seed"] = run["seed"]
-    if run["eval_every"]:
-        values["pretrain.train.eval_every"] = run["eval_every"]
+    """The job a sweep's pretraining run is: its method, size, budget, snapshots, seed, teacher
+    (``dataclasses.replace`` on the typed sections: no value goes through text)."""
+    p, size = cfg.pretrain, size_config(run["size"])
+    train = replace(p.train, budget=BudgetConfig(steps=run["steps"]),
+                    seed=p.train.seed if run["seed"] is None else run["seed"],
+                    eval_every=run["eval_every"] or p.train.eval_every)
+    teacher = p.teacher
     if run["teacher"]:
-        values["pretrain.teacher.checkpoint"] = str(RunLayout.of(cfg).pretrained(run["teacher"]).model)
-        values["pretrain.teacher.kd_steps"] = run["kd_steps"]
-    return with_values(cfg, values)
+        teacher = replace(teacher, checkpoint=str(RunLayout.of(cfg).pretrained(run["teacher"]).model),
+                          kd_steps=run["kd_steps"])
+    pretrain = replace(p, method=run["method"], name=run["name"], snapshot_steps=run["snapshots"], train=train,
+                       model=replace(p.model, depth=size.depth, preset=size.preset), teacher=teacher)
+    resample = replace(cfg.resample, domain=run["domain"]) if run["domain"] else cfg.resample
+    return replace(cfg, pretrain=pretrain, resample=resample)
 
 
-def _pretrain_task(job: dict, *teachers) -> str:
+def _pretrain_task(cfg: JobConfig, *teachers) -> str:
     """One pretraining run in a Ray task (``teachers``: the runs it waits for, already finished)."""
-
-    cfg = from_dict(JobConfig, job)
     pretrain(cfg, cfg.run.dir)
     return cfg.pretrain.run_name
 
@@ -294,43 +279,40 @@ def pretrain_all(cfg: JobConfig, runs: list[dict]) -> None:
     refs: dict[str, ray.ObjectRef] = {}
     for run in runs:
         teachers = [refs[run["teacher"]]] if run["teacher"] in refs else []
-        refs[run["name"]] = task.remote(to_dict(run_config(cfg, run)), *teachers)
+        refs[run["name"]] = task.remote(run_config(cfg, run), *teachers)
     ray.get(list(refs.values()))
 
 
-def trial_config(job: dict, t: dict) -> JobConfig:
+def trial_config(cfg: JobConfig, t: dict) -> JobConfig:
     """The job a trial is: the snapshot it specializes, its domain, data and step budgets, seed, expert
     (C6) and teacher (distillation: wave 1's specialized large model for the same cell and seed)."""
-    cfg = from_dict(JobConfig, job)
-    values: dict[str, Any] = {
-        "specialize.source": str(RunLayout.of(cfg).pretrained(t["source"]).snapshot(t["pretrain_steps"])),
-        "specialize.name": t["name"], "specialize.domain": t["domain"], "specialize.domain_tokens": t["domain_tokens"],
-        "specialize.train.budget": {"steps": t["specialize_steps"]}}
-    if t["seed"] is not None:
-        values["specialize.train.seed"] = t["seed"]
-    if t["expert"] is not None:
-        values["specialize.expert"] = t["expert"]
-    if t["teacher"]:
-        values["specialize.teacher.checkpoint"] = str(teacher_output(cfg, t).model)
-    return with_values(cfg, values)
+    s = cfg.specialize
+    train = replace(s.train, budget=BudgetConfig(steps=t["specialize_steps"]),
+                    seed=s.train.seed if t["seed"] is None else t["seed"])
+    teacher = replace(s.teacher, checkpoint=str(teacher_output(cfg, t).model)) if t["teacher"] else s.teacher
+    specialize = replace(s, source=str(RunLayout.of(cfg).pretrained(t["source"]).snapshot(t["pretrain_steps"])),
+                         name=t["name"], domain=t["domain"], domain_tokens=t["domain_tokens"], train=train,
+                         expert=s.expert if t["expert"] is None else t["expert"], teacher=teacher)
+    return replace(cfg, specialize=specialize)
 
 
 def teacher_output(cfg: JobConfig, t: dict) -> TrainOutput:
     return RunLayout.of(cfg).specialized(t["domain"], t["teacher"])
 
 
-def specialize_trial(config: dict) -> None:
-    """The Tune function trainable: one specialization of one snapshot."""
-
+def specialize_trial(config: dict, job: JobConfig, snapshots: dict[str, str], trials_log: str) -> None:
+    """The Tune function trainable: one specialization of one snapshot. Tune's search space is the trial
+    alone; the job and the snapshots' index come through ``tune.with_parameters`` (Ray's object store),
+    so that they are neither copied into every trial's config nor flattened into Tune's result columns."""
     t = config["trial"]
-    cfg = trial_config(config["job"], t)
-    log = Path(config["trials_log"])
+    cfg = trial_config(job, t)
+    log = Path(trials_log)
     with log.open("a") as f:  # an audit line per trial start: what a restored sweep ran again
         f.write(json.dumps({"trial": t["name"], "started": time.time()}) + "\n")
     m = specialize(cfg, cfg.run.dir)
     teacher = read_manifest(teacher_output(cfg, t).dir) if t["teacher"] else None
-    ray.tune.report(row(t, m, json.loads(Path(config["snapshots"][t["source"]]).read_text()), teacher,
-                        json.loads(Path(config["snapshots"][t["teacher_run"]]).read_text()) if teacher else None))
+    ray.tune.report(row(t, m, json.loads(Path(snapshots[t["source"]]).read_text()), teacher,
+                        json.loads(Path(snapshots[t["teacher_run"]]).read_text()) if teacher else None))
 
 
 def trial_resources(train) -> dict:
@@ -355,7 +337,10 @@ def run_wave(cfg: JobConfig, trials: list[dict], wave: int, snapshots: dict[str,
     """One wave of trials on Tune (restored if an earlier invocation started it); its results."""
 
     storage = cfg.sweep.storage_path or str((out / "tune").resolve())
-    trainable = ray.tune.with_resources(specialize_trial, trial_resources(cfg.specialize.train))
+    trainable = ray.tune.with_resources(
+        ray.tune.with_parameters(specialize_trial, job=cfg, snapshots=snapshots,
+                                 trials_log=str((out / "trials.log").resolve())),
+        trial_resources(cfg.specialize.train))
     # The experiment is keyed on the plan: a changed spec starts afresh instead of restoring another one.
     name = f"{cfg.sweep.name}-w{wave}-{config_hash({'trials': trials, 'specialize': to_dict(cfg.specialize)})[:8]}"
     experiment = f"{storage.rstrip('/')}/{name}"
@@ -369,8 +354,7 @@ def run_wave(cfg: JobConfig, trials: list[dict], wave: int, snapshots: dict[str,
             scheduler = ASHAScheduler(time_attr="step", max_t=max(cfg.sweep.specialize_steps), grace_period=1)
         tuner = Tuner(
             trainable,
-            param_space={"trial": ray.tune.grid_search(trials), "job": to_dict(cfg), "snapshots": snapshots,
-                         "trials_log": str((out / "trials.log").resolve())},
+            param_space={"trial": ray.tune.grid_search(trials)},
             # Trials that train in their own process reuse it for the next trial: no new Python, torch
             # and slm imports per trial (a few seconds each, against trials of a few seconds).
             tune_config=TuneConfig(metric="loss" if scheduler else None, mode="min" if scheduler else None,
@@ -387,9 +371,10 @@ def run_sweep(cfg: JobConfig) -> dict:
     # Tune runs each trial in its own folder: every path a trial reads must be absolute. A sweep's runs
     # live under its own folder, so that they never overwrite the run directory's other checkpoints.
     here = f"{cfg.sweep.output}/{cfg.sweep.name}"
-    cfg = with_values(cfg, {"run.root": str(Path(cfg.run.root).expanduser().resolve()),
-                            "corpus.dir": str(Path(cfg.corpus.dir).expanduser().resolve()),
-                            "pretrain.output": f"{here}/checkpoints", "specialize.output": f"{here}/specialized"})
+    cfg = replace(cfg, run=replace(cfg.run, root=str(Path(cfg.run.root).expanduser().resolve())),
+                  corpus=replace(cfg.corpus, dir=str(Path(cfg.corpus.dir).expanduser().resolve())),
+                  pretrain=replace(cfg.pretrain, output=f"{here}/checkpoints"),
+                  specialize=replace(cfg.specialize, output=f"{here}/specialized"))
     p = plan(cfg)
     print(format_plan(p), flush=True)
     out = sweep_dir(cfg)
