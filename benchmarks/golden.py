@@ -37,7 +37,10 @@ import hashlib, json, sys
 from pathlib import Path
 import torch
 import slm
-from slm.job import load_job
+try:
+    from slm.job import load_job
+except ImportError:  # a base commit from before issue 17, whose loader held the job root
+    from slm.config import load_job
 from slm.train.trainer import pretrain, specialize
 
 def sha(path):

@@ -91,8 +91,12 @@ def plain_loop(arrays: Path, gpt_cfg, batch: int, steps: int, threads: int, prec
 
 
 def ray_loop(run_dir: Path, overrides: list[str], name: str) -> tuple[list[float], dict, list[dict]]:
-    """Our pretrain stage on Ray Train; step times from the wall clock logged every LOG_EVERY steps."""
-    from slm.job import load_job
+    """Our pretrain stage on Ray Train; step times from the wall clock logged every LOG_EVERY steps.
+    (Imports here: benchmarks/before_after.py runs it with an earlier commit's slm on the path.)"""
+    try:
+        from slm.job import load_job
+    except ImportError:  # a commit from before issue 17, whose loader held the job root
+        from slm.config import load_job
     from slm.train.trainer import pretrain
 
     cfg = load_job(None, [f"run.root={run_dir.parent}", f"run.name={run_dir.name}", f"pretrain.name={name}",
