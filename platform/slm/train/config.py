@@ -142,7 +142,7 @@ class TrainConfig:
 class PretrainConfig:
     """Pretraining one method at one size: what `slm run` stage `pretrain` trains."""
 
-    method: str = "generic"  # a registered method (slm.methods; checked when the job is loaded)
+    method: str = "generic"  # a registered method (slm.methods.check_job checks it before a job runs)
     name: str = ""  # default: <method>-<size>; outputs in <run dir>/checkpoints/<name>/
     data: str = ""  # packed folder; default: packed/generic, or packed/resampled/<domain>/<crisp|dsir>
     model: ModelConfig = field(default_factory=ModelConfig)
