@@ -109,7 +109,9 @@ def main() -> None:
                     "current": run_checkout(REPO, run_dir, "current", args.methods)}
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)], capture_output=True)
-    result = {"base": args.base, "settings": SETTINGS, "methods": {}}
+    current = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True).stdout.strip()
+    result = {"base": args.base, "current": current, "settings": SETTINGS, "methods": {}}
     for method in args.methods:
         a, b = runs["base"][method], runs["current"][method]
         result["methods"][method] = {"identical": a == b, "base": a, "current": b}
