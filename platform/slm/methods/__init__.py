@@ -28,8 +28,9 @@ def dense_record(gpt: dict) -> dict:
 
 
 def sweep_methods(cfg: JobConfig) -> list[str]:
-    """The methods a sweep compares: ``sweep.methods``, or every method when it lists none."""
-    return list(cfg.sweep.methods) or names()
+    """The methods a sweep compares: ``sweep.methods``, or when it lists none every method swept by
+    default (all but DSIR)."""
+    return list(cfg.sweep.methods) or [n for n in names() if get(n).swept_by_default]
 
 
 def check_job(cfg: JobConfig) -> None:

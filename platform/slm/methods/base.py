@@ -42,6 +42,8 @@ class Method:
     has_experts: ClassVar[bool] = False
     # Some parameters get no gradient on a step (DDP must be told).
     find_unused_parameters: ClassVar[bool] = False
+    # Compared by a sweep that lists no methods (``sweep.methods: []``).
+    swept_by_default: ClassVar[bool] = True
 
     # ---- data
 

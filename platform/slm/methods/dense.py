@@ -44,6 +44,7 @@ class DSIR(_Resampled):
     paper_name = "DSIR"
     color = "tab:olive"
     subset = "dsir"
+    swept_by_default = False  # a peer baseline for data selection: compared when a sweep names it
 
 
 # Distillation is a specialization of the generic model with a teacher (``specialize.teacher``), not a

@@ -18,7 +18,8 @@ class SweepConfig:
     come from the job's ``pretrain`` and ``specialize`` sections."""
 
     name: str = "sweep"
-    methods: list[str] = field(default_factory=list)  # registered methods (slm.methods); []: every one
+    # Registered methods (slm.methods); []: every method swept by default (all but DSIR).
+    methods: list[str] = field(default_factory=list)
     sizes: list[str] = field(default_factory=lambda: ["d2"])  # d<depth> or a preset name
     pretrain_steps: list[int] = field(default_factory=lambda: [50, 100])  # pretraining budgets
     domains: list[str] = field(default_factory=list)  # default: resample.domains, else [resample.domain]
