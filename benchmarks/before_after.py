@@ -12,11 +12,12 @@ the current ÷ base ratios of the means.
 
     python benchmarks/before_after.py --base 0aca7bd --sweep [--rounds 1]
 
-End to end instead: each checkout's ``slm sweep jobs/sweeps/quickstart.yaml`` as shipped (5 pretraining
-runs, 20 Tune trials, the report; ``--spec FILE``: the same spec for both, e.g. the base's own), in its
-own process and embedded local Ray, on the same data; per run
-the wall time from launch to exit (Ray's start, any compile warm-up, every trial, the report), the
-current ÷ base ratio, and the largest relative difference of a trial's perplexity between the two.
+End to end instead: each checkout's ``slm sweep jobs/sweeps/quickstart.yaml`` as shipped (``--spec
+FILE``: the same spec for both, e.g. the base's own), in its own process and embedded local Ray, on the
+same data; per run the wall time from launch to exit (Ray's start, any compile warm-up, every trial, the
+report), the current ÷ base ratio, the largest relative difference of a trial's perplexity between the
+two, and whether their results tables are identical in every column but device-seconds. With ``--base
+HEAD`` it is the reproducibility check: the same commit twice.
 Needs a run directory with a tokenizer and ``packed/generic`` (the quickstart job makes them; the sweep
 reads the rest of that directory too).
 """
@@ -83,8 +84,11 @@ def one_sweep(checkout: Path, root: Path, corpus_dir: Path, name: str, spec: str
     if proc.returncode != 0:
         raise RuntimeError(f"sweep {name} at {checkout} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     rows = pq.read_table(root / "quickstart" / "sweeps" / name / "results.parquet").to_pylist()
+    # Every column but the clocks' (device-seconds differ from run to run by nature).
+    table = {r["trial"]: {k: v for k, v in r.items() if "device_seconds" not in k} for r in rows}
     return {"wall_s": round(wall, 1), "trials": len(rows),
-            "perplexity": {r["trial"]: r["perplexity"] for r in sorted(rows, key=lambda r: r["trial"])}}
+            "perplexity": {r["trial"]: r["perplexity"] for r in sorted(rows, key=lambda r: r["trial"])},
+            "table": table}
 
 
 def compare_sweeps(runs: dict[str, list[dict]]) -> dict:
@@ -92,8 +96,14 @@ def compare_sweeps(runs: dict[str, list[dict]]) -> dict:
     if set(base) != set(current):
         raise RuntimeError(f"the two sweeps ran different trials: {sorted(set(base) ^ set(current))}")
     mean = {k: statistics.mean(r["wall_s"] for r in v) for k, v in runs.items()}
+    tables = runs["base"][0].pop("table"), runs["current"][0].pop("table")
+    differing = sorted({k for t in tables[0] for k in tables[0][t] if tables[0][t][k] != tables[1][t][k]})
+    for r in (*runs["base"][1:], *runs["current"][1:]):
+        r.pop("table")
     return {"current_over_base_wall_s": round(mean["current"] / mean["base"], 3),
-            "max_rel_perplexity_difference": float(f"{max(abs(current[t] / base[t] - 1) for t in base):.2g}")}
+            "max_rel_perplexity_difference": float(f"{max(abs(current[t] / base[t] - 1) for t in base):.2g}"),
+            # the results tables of the first round, every column but device-seconds, compared exactly
+            "identical_tables": not differing, "columns_differing": differing}
 
 
 def main() -> None:

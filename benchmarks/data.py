@@ -93,7 +93,7 @@ def encode_seconds(corpus_root: str, encode_batch: int, dtype: str) -> float:
 def bench_embed(corpus: Path, n: int, repeats: int, result: dict) -> None:
     import ray
 
-    from slm.config import EmbedConfig
+    from slm.data.config import EmbedConfig
     from slm.data.embed import embed_corpus, resolve_compile, resolve_dtype
 
     cache = Path(tempfile.mkdtemp(prefix="bench-embedder-"))
@@ -152,7 +152,7 @@ def bench_embed_corpus(corpus: Path, fraction: float, compile_mode: str, result:
     local Ray: minutes, windows/s, start-up, the actors' encode rate and the peak memory."""
     import ray
 
-    from slm.config import EmbedConfig
+    from slm.data.config import EmbedConfig
     from slm.data.embed import embed_corpus
 
     out = Path(tempfile.mkdtemp(prefix="bench-embed-corpus-"))
@@ -193,8 +193,8 @@ def bench_resample(corpus: Path, run: Path, domain: str, tokens: int, result: di
     import ray
     from data_selection import HashedNgramDSIR
 
-    from slm.config import EmbedConfig, ResampleConfig
     from slm.corpus.layout import corpus_files, domain_dir
+    from slm.data.config import EmbedConfig, ResampleConfig
     from slm.data.histogram import domain_histograms
     from slm.data.resample import resample
 

@@ -28,7 +28,7 @@ def main() -> None:
 
     import ray
 
-    from slm.config import EmbedConfig
+    from slm.data.config import EmbedConfig
     from slm.data.embed import embed_corpus, embedding_files
 
     outs = [Path(tempfile.mkdtemp()) / f"run{i}" for i in range(2)]

@@ -73,7 +73,7 @@ def write_run(root: Path, rows: int) -> Path:
 
 
 def train_run(run: Path, name: str, steps: int, batch: int, extra: list[str]) -> dict:
-    from slm.config import load_job
+    from slm.job import load_job
     from slm.train.trainer import pretrain
 
     cfg = load_job(None, [f"run.root={run.parent}", f"run.name={run.name}", "corpus.domains=[]",

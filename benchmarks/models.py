@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 from timing import interleaved  # this folder's module (a script's folder is on sys.path)
 
-from slm.config import TrainConfig
 from slm.models import GPT, SoupOfExperts, preset
 from slm.models.soup import DomainPrior
 from slm.train import hardware
+from slm.train.config import TrainConfig
 
 DEFAULTS = TrainConfig()
 PRECISION = hardware.worker_precision(DEFAULTS, "cpu", "train.precision")

@@ -50,9 +50,9 @@ def main() -> None:
 
     import ray
 
-    from slm.config import load_job
     from slm.corpus.layout import corpus_files
     from slm.data.pack import pack
+    from slm.job import load_job
     from slm.pipeline import STAGES
 
     run_dir = Path(args.run_dir).resolve()

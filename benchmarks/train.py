@@ -60,8 +60,8 @@ SKIP_STEPS = 20  # steady window starts here: compiled runs compile (and recompi
 
 def plain_loop(arrays: Path, gpt_cfg, batch: int, steps: int, threads: int, precision: str,
                compiled: bool) -> list[float]:
-    from slm.config import OptimConfig
     from slm.models.gpt import GPT
+    from slm.train.config import OptimConfig
     from slm.train.data import PackedArrays
     from slm.train.hardware import autocast
     from slm.train.strategies import make_optimizer
@@ -91,8 +91,12 @@ def plain_loop(arrays: Path, gpt_cfg, batch: int, steps: int, threads: int, prec
 
 
 def ray_loop(run_dir: Path, overrides: list[str], name: str) -> tuple[list[float], dict, list[dict]]:
-    """Our pretrain stage on Ray Train; step times from the wall clock logged every LOG_EVERY steps."""
-    from slm.config import load_job
+    """Our pretrain stage on Ray Train; step times from the wall clock logged every LOG_EVERY steps.
+    (Imports here: benchmarks/before_after.py runs it with an earlier commit's slm on the path.)"""
+    try:
+        from slm.job import load_job
+    except ImportError:  # a commit from before issue 17, whose loader held the job root
+        from slm.config import load_job
     from slm.train.trainer import pretrain
 
     cfg = load_job(None, [f"run.root={run_dir.parent}", f"run.name={run_dir.name}", f"pretrain.name={name}",
@@ -259,10 +263,12 @@ def main() -> None:
 
     import ray
 
-    from slm.config import ModelConfig, TrainConfig, load_job
+    from slm.job import load_job
+    from slm.models.config import ModelConfig
     from slm.models.gpt import GPTConfig
     from slm.runtime import cpu_model, native_bf16
     from slm.train import hardware
+    from slm.train.config import TrainConfig
     from slm.train.trainer import gpt_config, packed, vocab_size
 
     parts = set(args.only.split(",")) if args.only else {"defaults", "warmup", "speedup", "overhead", "zero2"}

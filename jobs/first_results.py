@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-every", type=int, default=20)
     args, overrides = ap.parse_known_args(argv)
 
-    from slm.config import load_job
+    from slm.job import load_job
     from slm.pipeline import run_job
     from slm.train.budget import dense_flops_per_token
     from slm.train.trainer import gpt_config, packed, vocab_size

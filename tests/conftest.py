@@ -25,7 +25,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 def corpus_config(**changes):
-    from slm.config import CorpusConfig
+    from slm.corpus.config import CorpusConfig
 
     base = CorpusConfig(dir=os.environ.get("SLM_TEST_CORPUS", str(REPO / "data" / "corpus")))
     for key, value in changes.items():
@@ -138,7 +138,7 @@ def embed_config_for_tests():
     """The tests' embed settings: small actor batches (many working files to kill and resume between), and
     the eager embedder: compiling it ahead of time is its own (slow) test, and a cold compile would cost
     CI more than it saves on ~1,000 windows."""
-    from slm.config import EmbedConfig
+    from slm.data.config import EmbedConfig
 
     return EmbedConfig(batch_docs=32, compile="never")
 
@@ -185,7 +185,7 @@ def embedded(mini_corpus_dir, ray_local, tmp_path_factory):
 def train_run(embedded, mini_corpus_dir, ray_local, tmp_path_factory):
     """A run directory with everything training reads, made by the real data stages on the embedded mini
     corpus: clusters (4 × 2), histograms, a CRISP subset for legal, a 512-token BPE, packed sets of 64."""
-    from slm.config import load_job
+    from slm.job import load_job
     from slm.pipeline import STAGES
 
     root = tmp_path_factory.mktemp("train")

@@ -3,7 +3,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slm.config import ConfigError, JobConfig, apply_overrides, config_hash, dump_yaml, from_dict, load_job
+from slm.config import ConfigError, apply_overrides, config_hash, dump_yaml, from_dict
+from slm.job import JobConfig, load_job
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from slm.artifacts import file_sha256
-from slm.config import BUNDLED_DOMAINS
 from slm.corpus import documents
 from slm.corpus.build import SCHEMA
+from slm.corpus.config import BUNDLED_DOMAINS
 from slm.corpus.packages import Archive, Package, SourcePackageError, cached, fetch
 
 from .conftest import REPO, corpus_config

@@ -4,7 +4,7 @@ import dataclasses
 import typing
 from pathlib import Path
 
-from slm.config import JobConfig
+from slm.job import JobConfig
 
 REPO = Path(__file__).resolve().parents[1]
 

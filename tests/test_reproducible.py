@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from safetensors.torch import load_file
 
-from slm.config import load_job
+from slm.job import load_job
 from slm.pipeline import STAGES
 from tests.conftest import logged_rows, train_overrides
 

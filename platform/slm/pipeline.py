@@ -12,15 +12,30 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from slm import methods
 from slm.artifacts import atomic_write_json, atomic_write_text, write_manifest
-from slm.config import ConfigError, JobConfig, config_hash, dump_yaml
+from slm.config import ConfigError, config_hash, dump_yaml
+from slm.corpus.build import build
+from slm.corpus.layout import domain_dir
+from slm.data.bpe import train_bpe
+from slm.data.cluster import cluster
+from slm.data.embed import default_output, embed_corpus
+from slm.data.histogram import write_histograms
+from slm.data.pack import pack
+from slm.data.resample import resample
+from slm.data.stats import corpus_stats, format_table
+from slm.job import JobConfig
+from slm.layout import MissingInputError, RunLayout, require
+from slm.runtime import PeakMemory, init_ray, shutdown_ray
+from slm.train.trainer import pretrain, specialize
+from slm.tune.report import report
+from slm.tune.sweep import run_sweep, sweep_dir
 
 Stage = Callable[[JobConfig, Path], dict]
 
 
 def stage_corpus(cfg: JobConfig, run_dir: Path) -> dict:
     """Fetch and build the bundled corpus into ``corpus.dir`` (skipped when complete and current)."""
-    from slm.corpus.build import build
 
     manifest = build(cfg.corpus)
     return {"corpus_dir": cfg.corpus.dir, "generic_documents": manifest.get("generic", {}).get("documents"),
@@ -29,14 +44,12 @@ def stage_corpus(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_stats(cfg: JobConfig, run_dir: Path) -> dict:
     """Per-source document and token counts of ``corpus.dir``, computed on Ray Data."""
-    from slm.data.stats import corpus_stats, format_table
-    from slm.runtime import init_ray
 
     init_ray(cfg.ray)
     started = time.perf_counter()
     rows = corpus_stats(cfg.corpus.dir, cfg.stats.tokenizer, cfg.stats.batch_size)
     print(format_table(rows), flush=True)
-    out = run_dir / cfg.stats.output
+    out = RunLayout.of(cfg).stats
     atomic_write_json(out / "stats.json", rows)
     write_manifest(out, {"stage": "stats", "config_hash": config_hash(cfg.stats),
                          "corpus_dir": str(Path(cfg.corpus.dir).expanduser().resolve()),
@@ -46,27 +59,12 @@ def stage_stats(cfg: JobConfig, run_dir: Path) -> dict:
     return {"rows": len(rows), "tokens": sum(r["tokens"] for r in rows), "stats": str(out / "stats.json")}
 
 
-class MissingInputError(FileNotFoundError):
-    """A stage's input is not there: the message names it and the stage that makes it."""
-
-
-def require(path: Path, made_by: str) -> Path:
-    if not path.exists():
-        raise MissingInputError(f"{path} does not exist: run the '{made_by}' stage first "
-                                f"(with the same run.root/run.name)")
-    return path
-
-
 def embed_dir(cfg: JobConfig) -> Path:
-    from slm.data.embed import default_output
-
     return Path(cfg.embed.output or default_output(Path(cfg.corpus.dir).expanduser(), cfg.embed)).expanduser()
 
 
 def stage_embed(cfg: JobConfig, run_dir: Path) -> dict:
     """Window and embed the corpus (generic + domain train splits) on a Ray Data actor pool."""
-    from slm.data.embed import embed_corpus
-    from slm.runtime import init_ray
 
     init_ray(cfg.ray)
     m = embed_corpus(cfg.corpus.dir, cfg.embed, embed_dir(cfg))
@@ -75,39 +73,35 @@ def stage_embed(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_cluster(cfg: JobConfig, run_dir: Path) -> dict:
     """k-means of the generic windows; every window assigned to its coarse cluster and leaf."""
-    from slm.data.cluster import cluster
-    from slm.runtime import init_ray
 
     init_ray(cfg.ray)
-    m = cluster(require(embed_dir(cfg), "embed"), cfg.cluster, run_dir / cfg.cluster.output)
-    return {"output": str(run_dir / cfg.cluster.output), "sample_windows": m["sample_windows"]}
+    out = RunLayout.of(cfg).clusters
+    m = cluster(require(embed_dir(cfg), "embed"), cfg.cluster, out)
+    return {"output": str(out), "sample_windows": m["sample_windows"]}
 
 
 def stage_histogram(cfg: JobConfig, run_dir: Path) -> dict:
     """Each domain's smoothed cluster histogram, its entropy and its KL to generic."""
-    from slm.data.histogram import write_histograms
 
-    result = write_histograms(require(run_dir / cfg.cluster.output / "clusters.json", "cluster").parent,
-                              cfg.histogram.alpha, run_dir / cfg.histogram.output,
-                              cfg.histogram.domains or None)
+    layout = RunLayout.of(cfg)
+    result = write_histograms(require(layout.clusters_json, "cluster").parent, cfg.histogram.alpha,
+                              layout.histograms, cfg.histogram.domains or None)
     return {d: {"entropy": h["entropy"], "kl_to_generic": h["kl_to_generic"]} for d, h in result["domains"].items()}
 
 
 def stage_resample(cfg: JobConfig, run_dir: Path) -> dict:
     """Generic subsets aimed at each of ``resample.domains`` (``resample.domain``), one per method, with
     their KL to the domain."""
-    import json
 
-    from slm.data.resample import resample
-    from slm.runtime import init_ray
 
     init_ray(cfg.ray)
-    histograms = json.loads(require(run_dir / cfg.histogram.output / "histograms.json", "histogram").read_text())
+    layout = RunLayout.of(cfg)
+    histograms = json.loads(require(layout.histograms_json, "histogram").read_text())
     out = {}
     for domain in cfg.resample.all_domains:
         for method in cfg.resample.methods:
-            m = resample(run_dir / cfg.cluster.output, histograms, domain, cfg.resample.tokens, method,
-                         run_dir / cfg.resample.output / domain / method, cfg.resample.seed,
+            m = resample(layout.clusters, histograms, domain, cfg.resample.tokens, method,
+                         layout.resampled(domain, method), cfg.resample.seed,
                          corpus_dir=cfg.corpus.dir, embed=cfg.embed, dsir_min_words=cfg.resample.dsir_min_words)
             out[f"{domain}/{method}"] = {"tokens_drawn": m["tokens_drawn"],
                                          "kl_resampled_to_domain": m["kl_resampled_to_domain"]}
@@ -116,23 +110,21 @@ def stage_resample(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_tokenizer(cfg: JobConfig, run_dir: Path) -> dict:
     """Train the byte-level BPE on the generic corpus."""
-    from slm.data.bpe import train_bpe
 
-    out = run_dir / cfg.tokenizer.output
-    m = train_bpe(cfg.corpus.dir, out, cfg.tokenizer.vocab_size, cfg.tokenizer.max_chars or None)
-    return {"tokenizer": str(out / "tokenizer.json"), "vocab_size": m["vocab_size"]}
+    layout = RunLayout.of(cfg)
+    m = train_bpe(cfg.corpus.dir, layout.tokenizer, cfg.tokenizer.vocab_size, cfg.tokenizer.max_chars or None)
+    return {"tokenizer": str(layout.tokenizer_json), "vocab_size": m["vocab_size"]}
 
 
 def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
     """Tokenize and pack the requested sets into sequences that keep their cluster ids."""
-    from slm.data.pack import pack
-    from slm.runtime import init_ray
 
     init_ray(cfg.ray)
-    tokenizer = require(run_dir / cfg.tokenizer.output / "tokenizer.json", "tokenizer")
+    layout = RunLayout.of(cfg)
+    tokenizer = require(layout.tokenizer_json, "tokenizer")
     jobs = []
     if {"generic", "domain"} & set(cfg.pack.sets):  # the valid and resampled sets do not read them
-        assignments = require(run_dir / cfg.cluster.output / "assignments", "cluster")
+        assignments = require(layout.assignments, "cluster")
     if "generic" in cfg.pack.sets:
         jobs.append(("generic", assignments, "generic"))
     for domain in cfg.resample.all_domains:
@@ -140,10 +132,9 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
             jobs.append((f"domain/{domain}", assignments, domain))
         if "resampled" in cfg.pack.sets:
             for method in cfg.resample.methods:
-                data = require(run_dir / cfg.resample.output / domain / method / "data", "resample")
+                data = require(layout.resampled(domain, method) / "data", "resample")
                 jobs.append((f"resampled/{domain}/{method}", data, None))
     if "valid" in cfg.pack.sets:
-        from slm.corpus.layout import domain_dir
 
         for d in cfg.corpus.domains:
             files = sorted(str(f) for f in domain_dir(cfg.corpus.dir, d, "valid").glob("*.parquet"))
@@ -153,7 +144,7 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
             jobs.append((f"valid/{d}", files, None))
     out = {}
     for name, source, domain in jobs:
-        m = pack(source, tokenizer, cfg.pack.seq_len, run_dir / cfg.pack.output / name, domain)
+        m = pack(source, tokenizer, cfg.pack.seq_len, layout.packed(name), domain)
         out[name] = {"sequences": m["sequences"], "tokens": m["tokens"]}
         print(f"[pack] {name}: {m['sequences']} sequences of {cfg.pack.seq_len + 1} tokens", flush=True)
     return out
@@ -161,29 +152,21 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_pretrain(cfg: JobConfig, run_dir: Path) -> dict:
     """Pretrain ``pretrain.method`` at ``pretrain.model``'s size within ``pretrain.train.budget`` on Ray Train."""
-    from slm.train.trainer import pretrain
-
     return pretrain(cfg, run_dir)  # the manifest: costs, evaluation, where the model is
 
 
 def stage_specialize(cfg: JobConfig, run_dir: Path) -> dict:
     """Instantiate a pretrained model for a domain, fine-tune it on ``specialize.domain_tokens``, evaluate."""
-    from slm.train.trainer import specialize
-
     return specialize(cfg, run_dir)
 
 
 def stage_sweep(cfg: JobConfig, run_dir: Path) -> dict:
     """The budget sweep of ``sweep`` on Ray Tune: pretraining once per (method, size), trials for the rest."""
-    from slm.tune.sweep import run_sweep
-
     return run_sweep(cfg)
 
 
 def stage_report(cfg: JobConfig, run_dir: Path) -> dict:
     """The sweep's frontier plots and Markdown summary, under its folder's report/."""
-    from slm.tune.report import report
-    from slm.tune.sweep import sweep_dir
 
     result = report(sweep_dir(cfg))
     print(f"[report] {result['rows']} rows; plots {result['plots']} in {result['report']}", flush=True)
@@ -216,12 +199,13 @@ def check_stages(cfg: JobConfig) -> None:
 
 def run_job(cfg: JobConfig) -> dict[str, dict]:
     """Run every stage of ``cfg`` in order; return each stage's summary."""
-    from slm.runtime import PeakMemory, shutdown_ray
 
     check_stages(cfg)
+    methods.check_job(cfg)
     run_dir = cfg.run.dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
+    layout = RunLayout.of(cfg)
+    atomic_write_text(layout.config, dump_yaml(cfg))
     print(f"[run] {cfg.run.name}: stages {cfg.stages}; outputs in {run_dir}", flush=True)
     results, resources = {}, {}
     try:
@@ -236,7 +220,7 @@ def run_job(cfg: JobConfig) -> dict[str, dict]:
     finally:
         shutdown_ray()
         if resources:  # what each stage took; a rerun of some stages replaces just their entries
-            path = run_dir / "stage_resources.json"
+            path = layout.stage_resources
             atomic_write_json(path, {**(json.loads(path.read_text()) if path.exists() else {}), **resources})
-    atomic_write_json(run_dir / "results.json", results)
+    atomic_write_json(layout.results, results)
     return results

@@ -9,15 +9,29 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
-from slm.config import RayConfig
+import psutil
+
+
+@dataclass
+class RayConfig:
+    """How to reach Ray. No address (and no RAY_ADDRESS) starts an embedded local Ray."""
+
+    address: str | None = None
+    num_cpus: int | None = None  # embedded Ray only; None = all CPUs
+    include_dashboard: bool = True
+    dashboard_host: str = "127.0.0.1"
+    dashboard_port: int = 8265
+
 
 
 def init_ray(cfg: RayConfig):
     """Initialise Ray once per process according to ``cfg``; return the Ray context."""
-    import ray
+    import ray  # here, not at the top: the CLI's quick commands (config, corpus) never import Ray
 
     if ray.is_initialized():
         return ray.get_runtime_context()
@@ -64,7 +78,6 @@ def cpu_flags() -> frozenset[str]:
 
 def cpu_model() -> str:
     """This machine's CPU model name (``platform.processor()`` where /proc/cpuinfo is not)."""
-    import platform
 
     return _cpuinfo_field("model name") or platform.processor()
 
@@ -72,7 +85,7 @@ def cpu_model() -> str:
 def native_bf16(device_type: str) -> bool:
     """Whether ``device_type`` ("cpu" or "cuda") of this machine computes bfloat16 natively."""
     if device_type == "cuda":
-        import torch  # only here: importing torch costs a CPU-only driver ~1.5 s
+        import torch  # only here: a CPU-only driver that never asks never pays torch's import
 
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     return bool(cpu_flags() & NATIVE_BF16_CPU_FLAGS)
@@ -103,8 +116,6 @@ class PeakMemory:
         return round(self.peak_bytes / 2**30, 2)
 
     def sample(self) -> int:
-        import psutil
-
         me = psutil.Process()
         total = 0
         for p in [me, *me.children(recursive=True)]:

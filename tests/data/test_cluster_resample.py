@@ -12,8 +12,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from slm.config import ClusterConfig
 from slm.data.cluster import Assigner, cluster
+from slm.data.config import ClusterConfig
 from slm.data.histogram import domain_histograms
 from slm.data.resample import resample
 from tests.conftest import embed_config_for_tests
@@ -215,10 +215,10 @@ def test_bpe_tokenizer(bpe):
 
 
 def test_pack_conserves_tokens_and_keeps_cluster_ids(bpe, resampled, tmp_path):
-    import ray.data
     from tokenizers import Tokenizer
 
-    from slm.data.pack import pack, torch_batch
+    from slm.data.pack import pack
+    from slm.train.data import PackedArrays, materialize
 
     tok_dir, _ = bpe
     _, root = resampled
@@ -239,8 +239,8 @@ def test_pack_conserves_tokens_and_keeps_cluster_ids(bpe, resampled, tmp_path):
     for leaf, n in per_leaf.items():  # each leaf loses less than one row: its tail
         assert 0 <= n - packed_per_leaf.get(leaf, 0) < seq_len + 1, leaf
     assert set(table.column("domain").to_pylist()) == {"generic"}
-    batch = next(iter(ray.data.read_parquet(str(tmp_path / "packed" / "data")).iter_batches(
-        batch_size=8, batch_format="numpy")))
-    x, y, coarse = torch_batch(batch)
-    assert x.shape == y.shape == (8, seq_len) and coarse.shape == (8,)
-    assert (x[:, 1:] == y[:, :-1]).all() and int(x.max()) < 1024
+    arrays = PackedArrays.open(materialize(tmp_path / "packed"))  # what training reads
+    tokens, coarse = arrays.take(np.arange(8))
+    assert len(arrays) == table.num_rows and tokens.shape == (8, seq_len + 1) and coarse.shape == (8,)
+    assert int(tokens.max()) < 1024 and sorted(np.unique(arrays.coarse).tolist()) == sorted(
+        set(table.column("coarse").to_pylist()))

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from slm.config import EmbedConfig
 from slm.corpus.layout import corpus_files
 from slm.data import tokenizers
+from slm.data.config import EmbedConfig
 from slm.data.embed import WORK, embed_corpus, embedding_files, split_windows
 from tests.conftest import embed_config_for_tests
 
@@ -128,7 +128,8 @@ def test_a_sample_of_generic_embeds_the_chosen_domains_whole(mini_corpus_dir):
 
 
 def test_bad_split_names_fail_before_running():
-    from slm.config import ConfigError, load_job
+    from slm.config import ConfigError
+    from slm.job import load_job
 
     with pytest.raises(ConfigError, match=r"'embed.splits': unknown split\(s\) \['generic'\]"):
         load_job(None, ["embed.splits=[generic]"])

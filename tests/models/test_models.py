@@ -160,12 +160,9 @@ def test_each_architecture_learns_a_fixed_batch(cfg, name):
 def test_outputs_for_kd_and_salt(cfg):
     model = GPT(cfg)
     x, y = batch(cfg)
-    out = model(x, y, topk=10)
+    out = model(x, y)
     assert out.logits.shape == (*x.shape, cfg.vocab_size)
-    assert out.token_logprobs.shape == x.shape and (out.token_logprobs <= 0).all()
-    torch.testing.assert_close(out.loss, -out.token_logprobs.mean())
     torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), y.flatten()))
-    assert out.topk_indices.shape == (*x.shape, 10)
 
 
 def test_dense_checkpoint_round_trip(cfg, tmp_path):

@@ -11,12 +11,15 @@ import sys
 import pytest
 import torch
 
-from slm.config import ConfigError, TrainConfig, load_job
+from slm import methods
+from slm.config import ConfigError
+from slm.job import load_job
+from slm.models.config import ModelConfig
 from slm.models.gpt import preset
-from slm.models.registry import architecture, build_model, compile_units
 from slm.models.soup import DomainPrior
 from slm.runtime import native_bf16
 from slm.train import hardware
+from slm.train.config import TrainConfig
 from slm.train.trainer import pretrain
 from tests.conftest import REPO, logged_rows, train_overrides
 
@@ -94,15 +97,13 @@ def test_peak_flops_config_datasheet_and_a_cached_probe(tmp_path):
 # ------------------------------------------------------------------------------------------ model level
 
 
-def _step_fn(model, method: str, batch: tuple, prior: DomainPrior):
+def _step_fn(model, method: methods.Method, batch: tuple, prior: DomainPrior):
+    """The method's training forward on a fixed batch: step i routed to cluster i mod 4 (the experts'
+    methods read it), with an h drawn from the prior (the soup reads it)."""
     x, y = batch
 
     def step(i: int):
-        if method == "soup":
-            return model(x, prior.sample(), y)
-        if method in ("mixture", "projected"):
-            return model(x, torch.full((x.shape[0],), i % 4), y)
-        return model(x, y)
+        return method.forward(model, x, y, torch.full((x.shape[0],), i % 4), prior.sample())
 
     return step
 
@@ -122,19 +123,20 @@ def test_bf16_autocast_compiled_step_learns_like_fp32(method):
     parameters and loss, bfloat16 logits, and the loss after 25 steps within 2% of float32 eager's. On a
     CPU without native bf16 this runs emulated (slowly, at the same numerics): the tiny model keeps it short."""
     cfg = preset("tiny")
-    arch = architecture(method, cfg, n_experts=4, soup_experts=4, soup_domains=4)
+    m = methods.get(method)
+    arch = m.architecture(cfg, ModelConfig(n_experts=4, soup_experts=4), 4)
     g = torch.Generator().manual_seed(0)
     batch = (torch.randint(0, cfg.vocab_size, (4, cfg.seq_len), generator=g),
              torch.randint(0, cfg.vocab_size, (4, cfg.seq_len), generator=g))
     losses = {}
     for precision, compiled in (("fp32", False), ("bf16", True)):
         torch.manual_seed(0)
-        model = build_model(arch)
+        model = m.build(arch)
         if compiled:
-            for unit in compile_units(model, arch):
+            for unit in m.compile_units(model):
                 unit.compile(fullgraph=True)  # fails on any graph break
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-        step = _step_fn(model, method, batch, DomainPrior(4, 2, seed=0))
+        step = _step_fn(model, m, batch, DomainPrior(4, 2, seed=0))
         curve = []
         for i in range(25):
             with hardware.autocast(precision, "cpu"):

@@ -14,7 +14,7 @@ import time
 import pytest
 from safetensors.torch import load_file
 
-from slm.config import load_job
+from slm.job import load_job
 from slm.runtime import native_bf16
 from slm.train.trainer import pretrain
 from tests.conftest import REPO, logged_rows, train_overrides
@@ -22,7 +22,7 @@ from tests.conftest import REPO, logged_rows, train_overrides
 LOCAL = ["pretrain.train.num_workers=0", "pretrain.train.torch_threads=1", "pretrain.train.budget.steps=400",
          "pretrain.train.checkpoint_every=25", "pretrain.train.log_every=1", "pretrain.train.batch_size=16",
          "pretrain.train.compile=always"]
-RUN = "import sys; from slm.config import load_job; from slm.train.trainer import pretrain; " \
+RUN = "import sys; from slm.job import load_job; from slm.train.trainer import pretrain; " \
       "cfg = load_job(None, sys.argv[1:]); pretrain(cfg, cfg.run.dir)"
 
 

@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from slm.config import BudgetConfig, ConfigError, load_job
+from slm.config import ConfigError
+from slm.job import load_job
+from slm.methods import check_job
 from slm.train.budget import Progress, exhausted
+from slm.train.config import BudgetConfig
 from slm.train.objectives import KDSchedule, kd_loss, learnable_difficulty
 from slm.train.trainer import TrainingInputError, pretrain, specialize
 from tests.conftest import train_overrides
@@ -201,4 +204,4 @@ def test_bad_training_configs_fail_clearly(pretrained, train_run):
         cfg = job(train_run, "pretrain.selection.enabled=true")
         pretrain(cfg, cfg.run.dir)
     with pytest.raises(ConfigError, match="pretrain.method"):
-        job(train_run, "pretrain.method=moe")
+        check_job(job(train_run, "pretrain.method=moe"))

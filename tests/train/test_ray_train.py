@@ -8,7 +8,7 @@ import pytest
 from safetensors.torch import load_file
 
 from slm.artifacts import read_manifest
-from slm.config import load_job
+from slm.job import load_job
 from slm.train.trainer import pretrain
 from tests.conftest import WorkerKiller, logged_rows, train_overrides
 

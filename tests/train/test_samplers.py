@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from slm.config import OptimConfig
-from slm.train.data import ClusterSampler, MixtureSampler, UniformSampler
+from slm.data.samplers import ClusterSampler, UniformSampler
+from slm.methods.soup import MixtureSampler
+from slm.train.config import OptimConfig
 from slm.train.strategies import lr_lambda
 
 

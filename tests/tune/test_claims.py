@@ -9,7 +9,7 @@ import json
 import pytest
 
 from slm.tune.claims import compare, evaluate, markdown, write_claims
-from slm.tune.table import MEANS, aggregate
+from slm.tune.results import MEANS, aggregate
 
 METHODS = ["generic", "importance", "mixture", "projected", "soup"]
 PRETRAIN = [100, 200, 400]

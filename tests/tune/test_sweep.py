@@ -9,15 +9,17 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pyarrow.parquet as pq
 import pytest
 
-from slm.config import ConfigError, load_job
+from slm.config import ConfigError
+from slm.job import load_job
 from slm.tune.advise import advise, format_advice
 from slm.tune.report import markdown, near_front, pareto
+from slm.tune.results import MEANS, aggregate
 from slm.tune.sweep import SweepSpecError, plan
-from slm.tune.table import MEANS, aggregate
 from tests.conftest import REPO, train_overrides
 
 
@@ -25,8 +27,8 @@ def test_bad_sweep_specs_fail_before_any_trial(train_run):
     def spec(*extra):
         return load_job(None, train_overrides(train_run, "sweep.sizes=[tiny]", *extra))
 
-    with pytest.raises(ConfigError, match="sweep.methods"):
-        spec("sweep.methods=[generic, moe]")
+    with pytest.raises(ConfigError, match="sweep.methods"):  # method names: the registry's, checked by plan
+        plan(spec("sweep.methods=[generic, moe]"), check_data=False)
     with pytest.raises(ConfigError, match="sweep.pretrain_steps': budgets must be positive"):
         spec("sweep.pretrain_steps=[0, 10]")
     with pytest.raises(ConfigError, match="sweep.domain_tokens"):
@@ -85,28 +87,34 @@ def test_the_claims_experiments_are_planned_beside_the_grid(tmp_path):
     with pytest.raises(SweepSpecError, match="not larger than the smallest size"):
         plan(spec("sweep.large_size=d1", "sweep.distill=true"), check_data=False)
     with pytest.raises(ConfigError, match="sweep.all_experts"):
-        spec("sweep.methods=[generic]", "sweep.all_experts=true")
+        plan(spec("sweep.methods=[generic]", "sweep.all_experts=true"), check_data=False)
 
 
 def test_a_trials_config_is_built_from_typed_values_not_override_strings(tmp_path):
     """A snapshot path with ': ' and ' #' in it (which YAML-parsed override strings broke) reaches the
-    trial's config as it is; a distillation trial gets wave 1's teacher; a wrong type still fails."""
-    from slm.config import to_dict
-    from slm.tune.sweep import trial_config, with_values
+    trial's config as it is; a distillation trial gets wave 1's teacher; a pretraining run's config too."""
+    from slm.tune.sweep import run_config, trial_config
 
     root = tmp_path / "odd: name #1"
-    cfg = with_values(load_job(None, []), {"run.root": str(root)})
+    default = load_job(None, [])
+    cfg = replace(default, run=replace(default.run, root=str(root)))  # as an override string it would not parse
     t = {"source": "generic-d1-seed0", "pretrain_steps": 20, "name": "distill-x-seed0", "domain": "legal",
          "domain_tokens": 1000, "specialize_steps": 5, "seed": 0, "expert": None, "teacher": "generic-d2-x-seed0"}
-    trial = trial_config(to_dict(cfg), t)
+    trial = trial_config(cfg, t)
     assert trial.specialize.source == str(root / "default" / "checkpoints" / "generic-d1-seed0" / "snapshots"
                                           / "step-00000020.safetensors")
     assert trial.specialize.teacher.checkpoint == str(root / "default" / "specialized" / "legal" / "generic-d2-x-seed0"
                                                       / "model.safetensors")
     assert (trial.specialize.train.budget.steps, trial.specialize.train.budget.tokens) == (5, 0)
     assert trial.specialize.train.seed == 0 and trial.specialize.expert == -1
-    with pytest.raises(ConfigError, match="specialize.domain_tokens"):
-        with_values(cfg, {"specialize.domain_tokens": "many"})
+    assert trial.specialize.train.optim == cfg.specialize.train.optim  # the rest as the job has it
+    run = {"name": "salt-d2-seed1", "method": "generic", "size": "d2", "domain": None, "seed": 1, "steps": 40,
+           "snapshots": [40], "eval_every": 5, "teacher": "generic-d1-seed1", "kd_steps": 8}
+    pre = run_config(cfg, run).pretrain
+    assert (pre.name, pre.model.depth, pre.train.budget.steps, pre.train.seed, pre.train.eval_every) == (
+        "salt-d2-seed1", 2, 40, 1, 5)
+    assert pre.teacher.checkpoint == str(root / "default" / "checkpoints" / "generic-d1-seed1" / "model.safetensors")
+    assert pre.teacher.kd_steps == 8 and pre.snapshot_steps == [40]
 
 
 ROWS = [  # hand-checkable: FLOPs in units, perplexities chosen so the answer is obvious

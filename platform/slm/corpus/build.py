@@ -30,8 +30,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from slm.artifacts import atomic_path, file_sha256, read_manifest, write_manifest
-from slm.config import CorpusConfig, config_hash
+from slm.config import config_hash
 from slm.corpus import documents
+from slm.corpus.config import CorpusConfig
 from slm.corpus.packages import Archive, cached, fetch
 from slm.corpus.sources import BY_NAME, Source, select, stdlib_code
 

@@ -17,6 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import ray.data
+from ray.data.aggregate import Count, Sum
 
 from slm.artifacts import atomic_path, read_manifest, write_manifest
 from slm.corpus import documents
@@ -47,8 +49,6 @@ def detect_format(path: str) -> str:
 
 
 def _read(path: str, fmt: str):
-    import ray.data
-
     if fmt == "jsonl":
         return ray.data.read_json(path, lines=True, include_paths=True)
     if fmt == "parquet":
@@ -103,7 +103,6 @@ def import_corpus(
     replace: bool = False,
 ) -> dict:
     """Import ``path`` into ``corpus_dir`` as the generic corpus (``domain=None``) or a domain."""
-    from ray.data.aggregate import Count, Sum
 
     corpus_dir = Path(corpus_dir).expanduser()
     role = domain or GENERIC

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from slm.artifacts import atomic_path, write_manifest
 from slm.corpus.layout import corpus_files
@@ -31,8 +32,6 @@ def _texts(files: list[str], max_chars: int | None) -> Iterator[str]:
 
 
 def train_bpe(corpus_dir: str | Path, out: Path, vocab_size: int = 8192, max_chars: int | None = None) -> dict:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     if not 256 + 1 <= vocab_size <= 65535:
         raise ValueError(f"tokenizer.vocab_size must be in [257, 65535] (uint16 packing), got {vocab_size}")
     files = corpus_files(corpus_dir).get("all")

@@ -13,6 +13,7 @@ in windows and tokens, and a few sample titles per coarse cluster), ``manifest.j
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -21,10 +22,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import ray.data
+from ray.data.aggregate import Count, Sum
+from sklearn.cluster import KMeans
 
 from slm.artifacts import atomic_path, atomic_write_json, is_complete, read_manifest, write_manifest
-from slm.config import ClusterConfig, config_hash
+from slm.config import config_hash
 from slm.corpus.documents import hash_uniform
+from slm.data.config import ClusterConfig
 from slm.data.embed import EMBEDDING_DIM, embedding_files
 from slm.data.execution import reproducible_execution
 
@@ -50,8 +55,6 @@ def _embeddings(table: pa.Table, what: str) -> np.ndarray:
 
 def fit(embed_dir: str | Path, cfg: ClusterConfig) -> dict:
     """Fit the coarse (and fine) k-means on a deterministic sample of generic windows."""
-    import ray.data
-    from sklearn.cluster import KMeans
 
     if not embedding_files(embed_dir):
         raise FileNotFoundError(f"no embeddings under {embed_dir}: run the embed stage first")
@@ -125,8 +128,6 @@ def _nearest(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
 @reproducible_execution()
 def cluster(embed_dir: str | Path, cfg: ClusterConfig, out: str | Path) -> dict:
     """Fit, assign every window and describe the clusters; skipped when complete and current."""
-    import ray.data
-    from ray.data.aggregate import Count, Sum
 
     out = Path(out)
     key = config_hash({"cfg": asdict(cfg), "embed": str(Path(embed_dir).resolve())})
@@ -162,6 +163,4 @@ def cluster(embed_dir: str | Path, cfg: ClusterConfig, out: str | Path) -> dict:
 
 
 def load_sizes(cluster_dir: str | Path) -> list[dict]:
-    import json
-
     return json.loads((Path(cluster_dir) / "clusters.json").read_text())["sizes"]

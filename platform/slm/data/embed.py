@@ -33,11 +33,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import ray
+import ray.data
+from ray.data import ActorPoolStrategy
 
 from slm.artifacts import atomic_path, read_manifest, write_manifest
-from slm.config import EmbedConfig, config_hash
-from slm.corpus.layout import corpus_files
+from slm.config import config_hash
+from slm.corpus.documents import hash_uniform
+from slm.corpus.layout import corpus_files, domain_dir, domains
 from slm.data import tokenizers
+from slm.data.config import EmbedConfig
 from slm.data.execution import reproducible_execution
 from slm.runtime import native_bf16
 
@@ -109,7 +114,6 @@ def _windows_batch(documents: pa.Table, tokenizer_json: str, max_tokens: int) ->
 def corpus_windows(files: list[str], cfg: EmbedConfig):
     """The windows of these corpus shards as the embed stage cuts them, without embedding them: a Ray
     Dataset of ``WINDOW_COLUMNS`` (for a stage that reads text only, such as DSIR)."""
-    import ray.data
 
     tokenizer_json = str(Path(cfg.model_path or tokenizers.embedder_dir()) / "tokenizer.json")
     return (ray.data.read_parquet(files).select_columns(["id", "text", "source", "domain"])
@@ -121,6 +125,8 @@ class WindowEmbedder:
     """A Ray Data actor: window, embed and write one batch of whole documents."""
 
     def __init__(self, cfg: dict, out_root: str):
+        # torch only in the embedding actors: the stage's other tasks (reading, windowing, DSIR's
+        # corpus_windows) would each pay seconds to import it.
         import torch
 
         from slm.data.embedder import SentenceEmbedder
@@ -199,8 +205,6 @@ def written_doc_ids(folder: Path) -> set[str]:
 @reproducible_execution()  # the same documents in each actor batch on every run: the same padding
 def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | None = None) -> dict:
     """Embed the corpus's generic shards and domain train shards; return the stage manifest."""
-    import ray.data
-    from ray.data import ActorPoolStrategy
 
     corpus_dir = Path(corpus_dir).expanduser()
     out = Path(output or default_output(corpus_dir, cfg)).expanduser()
@@ -226,7 +230,6 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
 
     # Commit each shard as soon as its last document is written (a Ray task consolidates its working
     # files), while the actors go on with the next shards: only the last shards' commits wait at the end.
-    import ray
 
     consolidate = ray.remote(num_cpus=0.5)(consolidate_shard)
     unreported = {shard: wanted[shard] - written_doc_ids(out / WORK / shard) for shard in todo}
@@ -318,7 +321,6 @@ def steady_state(summaries: list[dict], started: float) -> dict:
 
 def actor_count(cfg: EmbedConfig) -> int:
     """``embed.actors``, or one per CPU (GPU) of the cluster: data parallelism over whole models."""
-    import ray
 
     if cfg.actors:
         return cfg.actors
@@ -329,7 +331,6 @@ def actor_count(cfg: EmbedConfig) -> int:
 def shards_to_embed(corpus_dir: Path, cfg: EmbedConfig) -> dict[str, float]:
     """The shards of ``embed.splits`` (of ``embed.domains``' splits), each with the share of its documents
     to embed: ``embed.fraction`` of a generic shard, all of a domain's."""
-    from slm.corpus.layout import domain_dir, domains
 
     files = corpus_files(corpus_dir)
     have = domains(corpus_dir)
@@ -348,7 +349,6 @@ def shards_to_embed(corpus_dir: Path, cfg: EmbedConfig) -> dict[str, float]:
 
 def selected_ids(path: str, fraction: float) -> set[str]:
     """The documents of a shard that an embed run with ``fraction`` covers (chosen by content hash)."""
-    from slm.corpus.documents import hash_uniform
 
     ids = pq.read_table(path, columns=["id"]).column("id").to_pylist()
     # Salted, so that the sample is independent of the valid split (also chosen by hash).

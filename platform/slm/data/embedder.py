@@ -34,6 +34,9 @@ import platform
 from pathlib import Path
 
 import numpy as np
+import torch
+from filelock import FileLock
+from tokenizers import Tokenizer
 
 from slm.artifacts import atomic_write_bytes
 
@@ -77,7 +80,6 @@ class SentenceEmbedder:
              cache_dir: str | Path, compiled: bool = False, threads: int = 1) -> SentenceEmbedder:
         """The exported forward of the model at ``model_path`` (AOTInductor-compiled for ``threads``
         CPU threads, or eager) from ``cache_dir``, exported there first if this machine has not yet."""
-        from tokenizers import Tokenizer
 
         suffix = ".aoti.pt2" if compiled else ".pt"
         path = Path(cache_dir).expanduser() / f"{export_key(model_path, dtype, device, compiled, threads)}{suffix}"
@@ -98,7 +100,6 @@ class SentenceEmbedder:
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         """Sentence embeddings (float32) of ``texts``, in their order, ``batch_size`` texts a forward."""
-        import torch
 
         if not texts:
             return np.zeros((0, self.dimension()), dtype=np.float32)
@@ -117,8 +118,6 @@ class SentenceEmbedder:
         return int(self.encode(["dimension"], 1).shape[1])
 
     def _tensors(self, encodings) -> list:
-        import torch
-
         field = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
         return [torch.tensor([getattr(e, field[name]) for e in encodings], device=self.device)
                 for name in self.inputs]
@@ -126,7 +125,6 @@ class SentenceEmbedder:
 
 def _load_program(path: Path, compiled: bool):
     """(forward, its input names) from a cache file ``export_sentence_transformer`` wrote."""
-    import torch
 
     if compiled:
         # torch's C++ package loader, the one torch._inductor.aoti_load_package wraps: the wrapper's
@@ -143,7 +141,6 @@ def export_once(model_path: str | Path, *, dtype: str, device: str, path: Path, 
                 threads: int) -> None:
     """Export (and compile) the embedder to ``path`` unless there already: one process per machine does
     it while the others starting with it wait on a lock, instead of each compiling the same program."""
-    from filelock import FileLock
 
     if path.exists():
         return
@@ -159,9 +156,10 @@ def export_sentence_transformer(model_path: str | Path, *, dtype: str, device: s
     """Export ``SentenceTransformer(model_path).forward`` (token tensors → ``sentence_embedding``) with
     dynamic batch and sequence sizes to ``path``: compiled by AOTInductor (its CPU kernels for ``threads``
     threads), or its eager graph module."""
-    import torch
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local model: never ask the hub
+    # sentence-transformers (and transformers) only here: the export runs once per machine, the actors
+    # that load its result need torch alone.
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(model_path), device=device,

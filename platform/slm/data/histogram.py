@@ -13,6 +13,7 @@ is the SLM-is importance weight.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -54,8 +55,6 @@ def kl(p: np.ndarray, q: np.ndarray) -> float:
 
 
 def domain_histograms(cluster_dir: str | Path, alpha: float, domains: list[str] | None = None) -> dict:
-    import json
-
     info = json.loads((Path(cluster_dir) / "clusters.json").read_text())
     sizes, leaves = load_sizes(cluster_dir), info["leaves"]
     generic = counts_by_leaf(sizes, GENERIC, leaves)
@@ -92,3 +91,16 @@ def write_histograms(cluster_dir: str | Path, alpha: float, out: Path, domains: 
         print(f"[histogram] {domain}: {h['windows']} windows, entropy {h['entropy']:.2f} nats, "
               f"KL to generic {h['kl_to_generic']:.2f}", flush=True)
     return result
+
+
+def coarse_histograms(clusters_json: Path, histograms_json: Path) -> dict[str, list[float]]:
+    """Each domain's smoothed leaf histogram summed into its coarse clusters, normalized: what SLM-mix,
+    SLM-pn and the soup serve a domain by. Leaves are numbered coarse·fine_k + j (``slm.data.cluster``)."""
+    info = json.loads(clusters_json.read_text())
+    hist = json.loads(histograms_json.read_text())
+    per_coarse = max(1, info["fine_k"])
+    out = {}
+    for domain, h in hist["domains"].items():
+        p = np.asarray(h["p"], dtype=np.float64)
+        out[domain] = (p.reshape(info["k"], per_coarse).sum(1) / p.sum()).tolist()
+    return out

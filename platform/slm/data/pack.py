@@ -6,9 +6,8 @@ leaf, so a packed sequence must come from one cluster: windows are grouped by (d
 rows of ``seq_len + 1`` tokens (inputs and shifted targets). Tokens are uint16 when the vocabulary
 allows. The tail of each group (< seq_len + 1 tokens) is dropped: at most one row's worth per leaf.
 
-Rows: ``tokens`` (uint16 × (seq_len+1)), ``domain``, ``coarse``, ``leaf``. ``torch_batch`` turns a Ray
-Data batch into the (inputs, targets, coarse) tensors a Ray Train worker steps on; workers read their
-shard with ``ray.train.get_dataset_shard("train").iter_batches(...)``.
+Rows: ``tokens`` (uint16 × (seq_len+1)), ``domain``, ``coarse``, ``leaf``. Training reads them as
+memory-mapped arrays (``slm.train.data.materialize``): its samplers need random access by cluster.
 """
 
 from __future__ import annotations
@@ -19,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import ray.data
+from ray.data.expressions import col
 
 from slm.artifacts import atomic_path, write_manifest
 from slm.data import tokenizers
@@ -75,8 +76,6 @@ def pack(windows_path: str | Path | list[str], tokenizer_json: str | Path, seq_l
          domain: str | None = None) -> dict:
     """Pack the windows under ``windows_path`` (assignments or a resampled set; or raw corpus files,
     whose sequences get cluster ids −1) into ``out``; ``domain`` keeps only that domain's windows."""
-    import ray.data
-    from ray.data.expressions import col
 
     started = time.perf_counter()
     ds = ray.data.read_parquet(windows_path if isinstance(windows_path, list) else str(windows_path))
@@ -98,11 +97,3 @@ def pack(windows_path: str | Path | list[str], tokenizer_json: str | Path, seq_l
                                 "tokenizer": str(tokenizer_json),
                                 "seq_len": seq_len, "sequences": rows, "tokens": rows * (seq_len + 1),
                                 "seconds": round(time.perf_counter() - started, 1)})
-
-
-def torch_batch(batch: dict[str, np.ndarray]):
-    """A Ray Data numpy batch → (inputs, targets, coarse cluster ids) as torch tensors."""
-    import torch
-
-    tokens = torch.from_numpy(np.stack(batch["tokens"]).astype(np.int64))
-    return tokens[:, :-1], tokens[:, 1:], torch.from_numpy(np.asarray(batch["coarse"], dtype=np.int64))

@@ -22,11 +22,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import ray.data
+from ray.data.expressions import col
 
 from slm.artifacts import atomic_path, write_manifest
-from slm.config import EmbedConfig
 from slm.corpus.documents import hash_seed
+from slm.corpus.layout import corpus_files, domain_dir
 from slm.data import dsir
+from slm.data.cluster import load_sizes
+from slm.data.config import EmbedConfig
+from slm.data.embed import corpus_windows
 from slm.data.execution import reproducible_execution
 from slm.data.histogram import GENERIC, counts_by_leaf, kl, smoothed
 
@@ -53,8 +58,6 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
     """One method's generic subset for ``domain``. DSIR reads text, not embeddings: it selects from every
     generic window of the corpus at ``corpus_dir``, cut as ``embed`` cuts them, keeping only windows of
     at least ``dsir_min_words`` word-punct tokens as candidates (the package's ``min_example_length``)."""
-    import ray.data
-    from ray.data.expressions import col
 
     if method not in METHODS:
         raise ValueError(f"resample method must be one of {METHODS}, got {method!r}")
@@ -62,7 +65,6 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
         raise ValueError(f"resample tokens must be positive, got {tokens}")
     if domain not in histograms["domains"]:
         raise ValueError(f"no histogram for domain {domain!r} (have {sorted(histograms['domains'])})")
-    from slm.data.cluster import load_sizes
 
     started = time.perf_counter()
     sizes = load_sizes(cluster_dir)
@@ -94,8 +96,6 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
     else:
         if corpus_dir is None or embed is None:
             raise ValueError("resample dsir: pass corpus_dir and embed (it selects from the corpus's text)")
-        from slm.corpus.layout import corpus_files, domain_dir
-        from slm.data.embed import corpus_windows
 
         target_files = sorted(str(p) for p in domain_dir(corpus_dir, domain, "train").glob("*.parquet"))
         if not target_files:

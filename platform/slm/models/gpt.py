@@ -18,6 +18,10 @@ from typing import Literal
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import load_model, save_model
+
+from slm.artifacts import atomic_path
 
 
 class ModelConfigError(ValueError):
@@ -64,7 +68,7 @@ class GPTConfig:
 PRESETS: dict[str, GPTConfig] = {
     # Unit tests: a model that runs in milliseconds.
     "tiny": GPTConfig(vocab_size=512, seq_len=64, n_layer=2, d_model=64, n_head=2, d_ff=256),
-    # CPU experiments: a small model and a ~4× larger one (stack-notes: ~830 and ~250 tokens/s here).
+    # CPU experiments: a small model and a ~4× larger one (their speeds: docs/training.md).
     "cpu-small": GPTConfig(vocab_size=8192, seq_len=256, n_layer=4, d_model=256, n_head=4, d_ff=1024),
     "cpu-large": GPTConfig(vocab_size=8192, seq_len=256, n_layer=6, d_model=512, n_head=8, d_ff=2048),
     # The Plan-Early paper's shapes, for GPU clusters (vocabulary: ours, 32,768).
@@ -144,24 +148,20 @@ class Block(nn.Module):
 
 @dataclass
 class LMOutput:
-    """What the objectives need: logits (KD, SALT), the loss, per-token log-probs of the targets
-    (evaluation, SALT-DS scoring) and the top-k predictions (SALT-DS's "learnable" test)."""
+    """What the objectives need: the logits (KD and SALT need the whole distribution) and, given
+    targets, the mean token cross-entropy."""
 
     logits: torch.Tensor
     loss: torch.Tensor | None = None
-    token_logprobs: torch.Tensor | None = None
-    topk_indices: torch.Tensor | None = None
 
 
-def lm_output(logits: torch.Tensor, targets: torch.Tensor | None = None, topk: int = 0) -> LMOutput:
-    """Loss, per-token target log-probs and top-k from logits: the one place every model computes them."""
+def lm_output(logits: torch.Tensor, targets: torch.Tensor | None = None) -> LMOutput:
+    """The loss from the logits, in float32 whatever the logits' precision: the one place every model
+    computes it."""
     out = LMOutput(logits=logits)
     if targets is not None:
         logprobs = F.log_softmax(logits.float(), dim=-1)
-        out.token_logprobs = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        out.loss = -out.token_logprobs.mean()
-    if topk:
-        out.topk_indices = logits.topk(topk, dim=-1).indices
+        out.loss = -logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1).mean()
     return out
 
 
@@ -188,14 +188,14 @@ class GPT(nn.Module):
             else:
                 nn.init.ones_(p)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, *, topk: int = 0) -> LMOutput:
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> LMOutput:
         if idx.shape[1] > self.config.seq_len:
             raise ValueError(f"sequence length {idx.shape[1]} exceeds the model's seq_len {self.config.seq_len}")
         x = self.embed(idx)
         for block in self.blocks:
             x = block(x, self.rope_cos, self.rope_sin)
         logits = F.linear(self.norm(x), self.embed.weight)  # tied output embedding
-        return lm_output(logits, targets, topk)
+        return lm_output(logits, targets)
 
     # -------------------------------------------------------------------------------- accounting
 
@@ -216,9 +216,6 @@ class GPT(nn.Module):
 
 def save_dense(model: GPT, path: str | Path, metadata: dict | None = None) -> None:
     """Safetensors (tied weights handled), the config in the header: never a pickle."""
-    from safetensors.torch import save_model
-
-    from slm.artifacts import atomic_path
 
     meta = {"slm.model": "gpt", "slm.config": json.dumps(dataclasses.asdict(model.config))}
     meta.update({f"slm.{k}": json.dumps(v) for k, v in (metadata or {}).items()})
@@ -227,9 +224,6 @@ def save_dense(model: GPT, path: str | Path, metadata: dict | None = None) -> No
 
 
 def load_dense(path: str | Path, device: str = "cpu") -> GPT:
-    from safetensors import safe_open
-    from safetensors.torch import load_model
-
     with safe_open(str(path), framework="pt") as f:
         meta = f.metadata() or {}
     if meta.get("slm.model") != "gpt":

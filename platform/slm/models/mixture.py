@@ -45,11 +45,10 @@ class MixtureOfExperts(nn.Module):
         self.config, self.n_experts = cfg, n_experts
         self.experts = nn.ModuleList(GPT(cfg) for _ in range(n_experts))
 
-    def forward(self, idx: torch.Tensor, expert_ids: torch.Tensor, targets: torch.Tensor | None = None,
-                *, topk: int = 0) -> LMOutput:
+    def forward(self, idx: torch.Tensor, expert_ids: torch.Tensor, targets: torch.Tensor | None = None) -> LMOutput:
         check_expert_ids(expert_ids, idx.shape[0], self.n_experts)
         logits = routed_logits(lambda e, x: self.experts[e](x).logits, idx, expert_ids, self.config.vocab_size)
-        return lm_output(logits, targets, topk)
+        return lm_output(logits, targets)
 
     def instantiate(self, expert: int) -> GPT:
         if not 0 <= expert < self.n_experts:

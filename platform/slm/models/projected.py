@@ -73,14 +73,13 @@ class ProjectedNetwork(nn.Module):
             out[name] = torch.tensordot(coeffs, self.bank[key], dims=1)
         return out
 
-    def forward(self, idx: torch.Tensor, expert_ids: torch.Tensor, targets: torch.Tensor | None = None,
-                *, topk: int = 0) -> LMOutput:
+    def forward(self, idx: torch.Tensor, expert_ids: torch.Tensor, targets: torch.Tensor | None = None) -> LMOutput:
         check_expert_ids(expert_ids, idx.shape[0], self.n_experts)
 
         def run(expert: int, x: torch.Tensor) -> torch.Tensor:
             return functional_call(self.shared, self.expert_weights(expert), (x,), strict=False).logits
 
-        return lm_output(routed_logits(run, idx, expert_ids, self.config.vocab_size), targets, topk)
+        return lm_output(routed_logits(run, idx, expert_ids, self.config.vocab_size), targets)
 
     @torch.no_grad()
     def instantiate(self, expert: int) -> GPT:

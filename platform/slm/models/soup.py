@@ -92,10 +92,9 @@ class SoupOfExperts(nn.Module):
         return {n: shared[n] + torch.tensordot(alpha, self.experts[n.replace(".", "__")], dims=1)
                 for n in self.mixed_names}
 
-    def forward(self, idx: torch.Tensor, h: torch.Tensor, targets: torch.Tensor | None = None,
-                *, topk: int = 0) -> LMOutput:
+    def forward(self, idx: torch.Tensor, h: torch.Tensor, targets: torch.Tensor | None = None) -> LMOutput:
         """One h for the whole batch: the batch is drawn from the mixture h describes."""
-        return functional_call(self.shared, self.merged(h), (idx, targets), {"topk": topk}, strict=False)
+        return functional_call(self.shared, self.merged(h), (idx, targets), strict=False)
 
     @torch.no_grad()
     def instantiate(self, h: torch.Tensor) -> GPT:

@@ -4,8 +4,9 @@ A budget is a limit in steps, tokens, FLOPs or device-seconds (the first one rea
 Costs are always reported in both FLOPs and device-seconds (``docs/training.md``):
 
 - training FLOPs per token are the dense model's (PaLM's 6N + 12·L·d·T) — what every expert and every
-  instantiated soup runs — plus each method's own per-step work: the soup's merge Θ(h) = S + Σ α_j E_j
-  and its backward (6·n·|mixed| per step), SLM-pn's expert weights W = (E[i]M)T (6·h·|W| per step);
+  instantiated soup runs — plus each method's own per-step work (``Method.step_overhead_flops``: the
+  soup's merge Θ(h) = S + Σ α_j E_j and its backward, 6·n·|mixed| per step; SLM-pn's expert weights
+  W = (E[i]M)T, 6·h·|W| per step);
   a teacher adds its forward (2N per token) while KD is on;
 - device-seconds are the wall-clock seconds of the training loop times the number of devices (workers).
 """
@@ -15,9 +16,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-import torch.nn as nn
+import torch
 
-from slm.config import BudgetConfig
+from slm.models.gpt import GPT
+from slm.train.config import BudgetConfig
 
 
 @dataclass
@@ -59,27 +61,6 @@ def horizon_steps(budget: BudgetConfig, tokens_per_step: int, flops_per_step: fl
     return min(candidates) if candidates else None
 
 
-def mixed_parameters(model: nn.Module) -> int:
-    experts = getattr(model, "experts", None)
-    if isinstance(experts, nn.ParameterDict):  # soup: E_j stacked per weight
-        return sum(p[0].numel() for p in experts.values())
-    return 0
-
-
-def step_overhead_flops(model: nn.Module, arch: dict) -> float:
-    """A method's per-step FLOPs beyond running the dense model on the batch."""
-    if arch["method"] == "soup":
-        return 6.0 * arch["n_experts"] * mixed_parameters(model)
-    if arch["method"] == "projected":
-        bank = sum(p.numel() for p in model.bank.values())  # h · Σ|W|
-        return 6.0 * bank
-    return 0.0
-
-
 def dense_flops_per_token(gpt_cfg, training: bool = True) -> int:
-    import torch
-
-    from slm.models.gpt import GPT
-
     with torch.device("meta"):
         return GPT(gpt_cfg).flops_per_token(training=training)

@@ -16,6 +16,10 @@ import time
 from pathlib import Path
 
 import torch
+from torch.utils.tensorboard import SummaryWriter
+
+from slm.artifacts import atomic_write_json
+from slm.layout import TrainOutput
 
 
 class Callback:
@@ -51,17 +55,16 @@ class Throughput(Callback):
 class MetricsLogger(Callback):
     """Rank 0: ``metrics.jsonl`` and TensorBoard event files under the run's output folder."""
 
-    def __init__(self, folder: Path):
-        self.folder = folder
+    def __init__(self, output: TrainOutput):
+        self.output = output
 
     def on_train_start(self, loop) -> None:
         if loop.rank != 0:
             return
-        from torch.utils.tensorboard import SummaryWriter
 
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.jsonl = open(self.folder / "metrics.jsonl", "a")  # noqa: SIM115 (open for the whole run)
-        self.tb = SummaryWriter(str(self.folder / "tensorboard"))
+        self.output.logs.mkdir(parents=True, exist_ok=True)
+        self.jsonl = open(self.output.metrics, "a")  # noqa: SIM115 (open for the whole run)
+        self.tb = SummaryWriter(str(self.output.tensorboard))
 
     def _write(self, metrics: dict) -> None:
         self.jsonl.write(json.dumps(metrics) + "\n")
@@ -120,11 +123,6 @@ class Evaluator(Callback):
             metrics.update({f"eval.{d}.{k}": v for d, r in result.items() for k, v in r.items() if k != "tokens"})
 
 
-def snapshot_path(output: Path, step: int) -> Path:
-    """Where a run with output folder ``output`` keeps its model snapshot at ``step``."""
-    return output / "snapshots" / f"step-{step:08d}.safetensors"
-
-
 class Snapshotter(Callback):
     """The model as it is at given steps, kept for good: ``snapshots/step-<N>.safetensors`` plus its cost so
     far in ``snapshots.json``. One pretraining run then serves several pretraining budgets (the sweeps
@@ -140,13 +138,10 @@ class Snapshotter(Callback):
         model = loop.exported_model()  # every rank: a gather under ZeRO-3
         if loop.rank != 0:
             return
-        from slm.artifacts import atomic_write_json
 
-        path = snapshot_path(loop.output, step)
-        folder = path.parent
-        folder.mkdir(parents=True, exist_ok=True)
+        path, index = loop.output.snapshot(step), loop.output.snapshot_index
+        path.parent.mkdir(parents=True, exist_ok=True)
         loop.write_model(model, path)
-        index = folder / "snapshots.json"
         known = json.loads(index.read_text()) if index.exists() else {}
         known[str(step)] = {"model": str(path), "step": step, "tokens": loop.progress.tokens,
                             "cost": {"flops": loop.progress.flops, "device_seconds": loop.progress.device_seconds}}

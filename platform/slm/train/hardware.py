@@ -8,7 +8,7 @@ and specialization, student and teacher compute with the same numerics on the sa
   bfloat16 weights: parameters, gradients, optimizer state, the loss, softmax and KD stay float32.
   ``auto`` picks it where the device computes bfloat16 natively (``slm.runtime.native_bf16``).
 - **Compilation** (``train.compile``): ``torch.compile`` of the units each method runs per step
-  (``slm.models.registry.compile_units``), with Inductor's on-disk caches in ``train.compile_cache_dir``
+  (``Method.compile_units``), with Inductor's on-disk caches in ``train.compile_cache_dir``
   so a machine compiles a graph once, whatever its worker or trial count.
 - **Peak FLOP/s** (``train.peak_flops: auto``): datasheet peaks for known GPUs, else a matmul probe in
   the precision in use, measured once per machine and thread count and cached.
@@ -26,10 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import ray.train.torch
 import torch
+from filelock import FileLock
 
-from slm.config import ConfigError, TrainConfig
+from slm.artifacts import atomic_write_json
+from slm.config import ConfigError
 from slm.runtime import NATIVE_BF16_CPU_FLAGS, cpu_flags, cpu_model, native_bf16
+from slm.train.config import TrainConfig
 
 DeviceType = Literal["cpu", "cuda"]
 Precision = Literal["fp32", "bf16"]
@@ -62,12 +66,7 @@ def worker_device(placement: Placement, ray_train: bool) -> torch.device:
     if not torch.cuda.is_available():
         raise ConfigError("config key 'train.use_gpu': true, but this worker sees no CUDA device "
                           f"(torch {torch.__version__} built for CUDA {torch.version.cuda})")
-    if ray_train:
-        import ray.train.torch
-
-        device = ray.train.torch.get_device()
-    else:
-        device = torch.device("cuda", 0)
+    device = ray.train.torch.get_device() if ray_train else torch.device("cuda", 0)
     torch.cuda.set_device(device)
     if placement.tf32:
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -228,9 +227,6 @@ def peak_flops(configured: float | str, device: torch.device, precision: Precisi
         sheet = gpu_datasheet_peak(name, precision)
         if sheet is not None:
             return Peak(sheet, f"datasheet {name}")
-    from filelock import FileLock
-
-    from slm.artifacts import atomic_write_json
 
     cache = cache.expanduser()
     cache.parent.mkdir(parents=True, exist_ok=True)

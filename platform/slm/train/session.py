@@ -22,20 +22,19 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import ray.train
+import ray.tune
+
 
 class RayTrainSession:
     """The loop as a Ray Train worker."""
 
     def __init__(self):
-        import ray.train
-
         ctx = ray.train.get_context()
         self.rank, self.world = ctx.get_world_rank(), ctx.get_world_size()
 
     @contextlib.contextmanager
     def resume_from(self) -> Iterator[Path | None]:
-        import ray.train
-
         checkpoint = ray.train.get_checkpoint()
         if checkpoint is None:
             yield None
@@ -46,7 +45,6 @@ class RayTrainSession:
     def report(self, metrics: dict, checkpoint: Path | None = None, step: int = 0) -> None:
         """Metrics alone go through a background thread (a synchronous report waits for the controller's
         2 s poll); a checkpoint is reported synchronously and persisted when this returns."""
-        import ray.train
 
         if checkpoint is None:
             ray.train.report(metrics, checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC)
@@ -97,13 +95,12 @@ class LocalSession:
             for old in self.checkpoints()[:-self.keep]:
                 shutil.rmtree(old, ignore_errors=True)
         if self.in_tune:
-            import ray.tune
 
             ray.tune.report(metrics)
 
 
 def _in_tune_session() -> bool:
-    try:
+    try:  # a private function of Ray's, so its absence (another Ray version) means "not in Tune"
         from ray.tune.trainable.trainable_fn_utils import _in_tune_session as in_tune
     except ImportError:
         return False

@@ -15,10 +15,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import ray.train.torch
 import torch
 import torch.nn as nn
 
-from slm.config import OptimConfig
+from slm.train.config import OptimConfig
 
 
 def lr_lambda(optim: OptimConfig, horizon: int | None):
@@ -63,7 +64,6 @@ class DDPStrategy:
         self.optimizer, self.scheduler = make_optimizer(model, optim, horizon, fused=True)
         self.grad_clip = optim.grad_clip
         if distributed:
-            import ray.train.torch
 
             self.model = ray.train.torch.prepare_model(
                 model, move_to_device=False,
@@ -107,7 +107,7 @@ class DeepSpeedStrategy:
 
     def __init__(self, model: nn.Module, optim: OptimConfig, horizon: int | None, *, zero_stage: int,
                  micro_batch: int):
-        import deepspeed
+        import deepspeed  # only with train.strategy: deepspeed (its import alone takes seconds)
 
         self.raw = model
         opt, sched = make_optimizer(model, optim, horizon)

@@ -13,6 +13,7 @@ the run afresh — checkpoints kept elsewhere would resume a run whose logs and 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -20,17 +21,25 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
+from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchConfig, TorchTrainer
+from ray.tune.integration.ray_train import TuneReportCallback
 
+from slm import methods
 from slm.artifacts import file_sha256, is_complete, read_manifest, write_manifest
-from slm.config import (
-    ConfigError,
-    JobConfig,
-    PretrainConfig,
-    SpecializeConfig,
-    TrainConfig,
-    config_hash,
-    to_dict,
-)
+from slm.config import ConfigError, config_hash
+from slm.data import histogram, tokenizers
+from slm.job import JobConfig
+from slm.layout import RunLayout, TrainOutput, require
+from slm.models.gpt import GPTConfig, preset, save_dense
+from slm.runtime import RayConfig, init_ray
+from slm.train.budget import dense_flops_per_token
+from slm.train.config import PretrainConfig, SpecializeConfig, TeacherConfig, TrainConfig
+from slm.train.data import materialize
+from slm.train.hardware import worker_precision
+from slm.train.loop import train_here, train_worker
+from slm.train.spec import WorkerSpec
 
 
 class TrainingInputError(ConfigError):
@@ -41,57 +50,39 @@ class TrainingInputError(ConfigError):
 
 
 def vocab_size(run_dir: Path, cfg: JobConfig) -> int:
-    from slm.data import tokenizers
-    from slm.pipeline import require
-
-    path = require(run_dir / cfg.tokenizer.output / "tokenizer.json", "tokenizer")
+    path = require(RunLayout.of(cfg).tokenizer_json, "tokenizer")
     return tokenizers.load(str(path)).get_vocab_size()
 
 
 def cluster_info(run_dir: Path, cfg: JobConfig) -> dict:
-    from slm.pipeline import require
-
-    return json.loads(require(run_dir / cfg.cluster.output / "clusters.json", "cluster").read_text())
+    return json.loads(require(RunLayout.of(cfg).clusters_json, "cluster").read_text())
 
 
 def coarse_histograms(run_dir: Path, cfg: JobConfig) -> dict[str, list[float]]:
-    """Each domain's smoothed leaf histogram summed into its coarse clusters (leaf = coarse·fine_k + j)."""
-    from slm.pipeline import require
-
-    info = cluster_info(run_dir, cfg)
-    hist = json.loads(require(run_dir / cfg.histogram.output / "histograms.json", "histogram").read_text())
-    per_coarse = max(1, info["fine_k"])
-    out = {}
-    for domain, h in hist["domains"].items():
-        p = np.asarray(h["p"], dtype=np.float64)
-        out[domain] = (p.reshape(info["k"], per_coarse).sum(1) / p.sum()).tolist()
-    return out
+    """Each domain's histogram over the coarse clusters (``slm.data.histogram.coarse_histograms``)."""
+    layout = RunLayout.of(cfg)
+    return histogram.coarse_histograms(require(layout.clusters_json, "cluster"),
+                                       require(layout.histograms_json, "histogram"))
 
 
 def packed(run_dir: Path, cfg: JobConfig, name: str) -> Path:
-    from slm.pipeline import require
-    from slm.train.data import materialize
-
-    return materialize(require(run_dir / cfg.pack.output / name, "pack"))
+    return materialize(require(RunLayout.of(cfg).packed(name), "pack"))
 
 
 def valid_sets(run_dir: Path, cfg: JobConfig, domains: list[str]) -> dict[str, str]:
-    from slm.train.data import materialize
-
     out = {}
+    layout = RunLayout.of(cfg)
     for d in domains:
-        folder = run_dir / cfg.pack.output / "valid" / d
+        folder = layout.packed_valid(d)
         if (folder / "data").exists():
             out[d] = str(materialize(folder))
     if not out:
-        print(f"[train] no valid split packed under {run_dir / cfg.pack.output / 'valid'} "
+        print(f"[train] no valid split packed under {layout.packed('valid')} "
               f"(pack.sets without 'valid'): no evaluation", flush=True)
     return out
 
 
 def gpt_config(model_cfg, vocab: int, seq_len: int):
-    from slm.models.gpt import GPTConfig, preset
-
     if model_cfg.depth:
         cfg = GPTConfig.from_depth(model_cfg.depth, vocab_size=vocab, seq_len=seq_len)
         cfg.validate()
@@ -102,17 +93,13 @@ def gpt_config(model_cfg, vocab: int, seq_len: int):
 # ----------------------------------------------------------------------------------------- Ray Train
 
 
-def fit(spec: dict, train: TrainConfig, storage: Path, ray_name: str) -> dict:
+def fit(spec: WorkerSpec, train: TrainConfig, storage: Path, ray_name: str) -> dict:
     """Run ``train_worker(spec)`` on a TorchTrainer; return rank 0's summary."""
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
-
-    from slm.train.loop import train_worker
 
     resources = None if train.use_gpu else {"CPU": train.cpus_per_worker}
     trainer = TorchTrainer(
         train_worker,
-        train_loop_config=spec,
+        train_loop_config={"spec": spec},
         torch_config=TorchConfig(backend="nccl" if train.use_gpu else "gloo"),
         scaling_config=ScalingConfig(num_workers=train.num_workers, use_gpu=train.use_gpu,
                                      resources_per_worker=resources),
@@ -124,135 +111,108 @@ def fit(spec: dict, train: TrainConfig, storage: Path, ray_name: str) -> dict:
         ),
     )
     trainer.fit()  # raises TrainingFailedError once max_failures is spent
-    return json.loads((Path(spec["output"]) / "summary.json").read_text())
+    return json.loads(TrainOutput(Path(spec.output)).summary.read_text())
 
 
-def fit_here(spec: dict, train: TrainConfig, folder: Path) -> dict:
+def fit_here(spec: WorkerSpec, train: TrainConfig, folder: Path) -> dict:
     """Run the loop in this process, without Ray Train (``train.num_workers: 0``); return its summary."""
-    import torch
-
-    from slm.train.loop import train_here
 
     # A process that trains run after run (a sweep's pretraining) would otherwise pile every run's graphs
     # into Dynamo's per-function cache, whose limit makes it fall back to eager without failing; each run
     # compiles afresh instead (from Inductor's on-disk cache: seconds).
     torch._dynamo.reset()
     train_here(spec, folder, train.keep_checkpoints)
-    return json.loads((Path(spec["output"]) / "summary.json").read_text())
+    return json.loads(TrainOutput(Path(spec.output)).summary.read_text())
 
 
 def _tune_callbacks() -> list:
     """Inside a Tune trial (a sweep), forward Ray Train's reports to Tune so schedulers see them."""
     try:
-        from ray.tune.integration.ray_train import TuneReportCallback
-
         return [TuneReportCallback()]
     except RuntimeError:  # "must be used in a Tune session": a plain run
         return []
 
 
-def _run(kind: str, spec: dict, train: TrainConfig, out: Path, extra: dict) -> dict:
+def _run(kind: str, spec: WorkerSpec, output: TrainOutput, ray_cfg: RayConfig, extra: dict) -> dict:
+    """Train ``spec`` (skipped when its manifest is complete and current) and write the manifest:
+    the summary and ``extra``, what the driver knows of the run (costs it inherits, parameters, …)."""
     digest = config_hash(spec)
+    out, train = output.dir, spec.train
     if is_complete(out, digest):
-        print(f"[train] {spec['name']}: complete and current in {out}, skipped", flush=True)
+        print(f"[train] {spec.name}: complete and current in {out}, skipped", flush=True)
         return read_manifest(out)
-    ray_cfg = extra.pop("_ray")
-    run_name = f"{spec['name'].replace('/', '-')}-{digest[:8]}"
+    run_name = f"{spec.name.replace('/', '-')}-{digest[:8]}"
     started = time.perf_counter()
     if train.num_workers:
-        from slm.runtime import init_ray
 
         init_ray(ray_cfg)
-        summary = fit(spec, train, out / "ray_train", run_name)
+        summary = fit(spec, train, output.ray_train(), run_name)
     else:
-        summary = fit_here(spec, train, out / "local_train" / run_name)
+        summary = fit_here(spec, train, output.local_train(run_name))
     manifest = {"stage": kind, "config_hash": digest, **summary, **extra,
                 "wall_seconds": round(time.perf_counter() - started, 1),
-                "model": str(out / "model.safetensors")}
+                "model": str(output.model)}
     return write_manifest(out, manifest)
 
 
-def _teacher(teacher) -> dict:
+def _teacher(teacher: TeacherConfig) -> TeacherConfig:
     """The teacher section for the workers, its checkpoint path made absolute (workers run elsewhere)."""
-    d = to_dict(teacher)
-    if d["checkpoint"]:
-        d["checkpoint"] = str(Path(d["checkpoint"]).expanduser().resolve())
-    return d
+    if not teacher.checkpoint:
+        return teacher
+    return dataclasses.replace(teacher, checkpoint=str(Path(teacher.checkpoint).expanduser().resolve()))
 
 
-def base_spec(name: str, train: TrainConfig, out: Path, section: str, cfg: JobConfig) -> dict:
-    """What every worker spec holds; ``section`` ("pretrain" or "specialize") names the user's keys in
-    the workers' errors. The precision is checked here too when the workers will run on this machine
-    (CPU workers on an embedded Ray), so a bf16 run on a CPU without it fails before Ray starts."""
-    from slm.train.hardware import worker_precision
+def check_precision(train: TrainConfig, section: str, cfg: JobConfig) -> None:
+    """The precision, checked on the driver when the workers will run on this machine (CPU workers on
+    an embedded Ray), so that a bf16 run on a CPU without it fails before Ray starts."""
 
     if not train.use_gpu and not (cfg.ray.address or os.environ.get("RAY_ADDRESS")):
         worker_precision(train, "cpu", f"{section}.train.precision")
-    return {"name": name, "train": to_dict(train), "output": str(out.resolve()), "config_key": f"{section}.train"}
 
 
 # ----------------------------------------------------------------------------------------- stages
 
 
 def pretrain_data(cfg: JobConfig, run_dir: Path) -> Path:
-    """The arrays a pretraining run reads: ``pretrain.data``, the method's subset for ``resample.domain``
-    (SLM-is: CRISP, DSIR), or every generic window (made from the packed Parquet files on first use)."""
-    from slm.train.data import materialize
+    """The arrays a pretraining run reads: ``pretrain.data``, or the packed set its method pretrains on
+    (for ``resample.domain``, when the method chooses its set per domain), made from the packed Parquet
+    files on first use."""
 
-    p = cfg.pretrain
-    if p.data:
-        return materialize(p.data)
-    if p.method in ("importance", "dsir"):
-        subset = "crisp" if p.method == "importance" else "dsir"
-        return packed(run_dir, cfg, f"resampled/{cfg.resample.domain}/{subset}")
-    return packed(run_dir, cfg, "generic")
+    if cfg.pretrain.data:
+        return materialize(cfg.pretrain.data)
+    return packed(run_dir, cfg, methods.get(cfg.pretrain.method).pretrain_set(cfg.resample.domain))
 
 
 def pretrain(cfg: JobConfig, run_dir: Path) -> dict:
-    from slm.models.registry import architecture
-
     p: PretrainConfig = cfg.pretrain
+    method = methods.get(p.method)
     data = pretrain_data(cfg, run_dir)
     seq_len = int(np.load(data / "tokens.npy", mmap_mode="r").shape[1]) - 1
-    info = cluster_info(run_dir, cfg) if p.method in ("mixture", "projected", "soup") else {"k": 1}
-    arch = architecture(p.method, gpt_config(p.model, vocab_size(run_dir, cfg), seq_len),
-                        n_experts=p.model.n_experts or info["k"], expert_dim=p.model.expert_dim,
-                        bank_size=p.model.bank_size, soup_experts=p.model.soup_experts,
-                        soup_domains=info["k"], soup_experts_on=p.model.soup_experts_on)
-    if p.method == "soup" and p.model.soup_active > info["k"]:
-        raise TrainingInputError(f"config key 'pretrain.model.soup_active': {p.model.soup_active} active domains "
-                                 f"but the clustering has only {info['k']} coarse clusters")
-    out = run_dir / p.output / p.run_name
-    domains = list(cfg.corpus.domains)
-    spec = {**base_spec(p.run_name, p.train, out, "pretrain", cfg), "arch": arch, "data": str(data),
-            "valid": valid_sets(run_dir, cfg, domains), "soup_active": p.model.soup_active,
-            "teacher": _teacher(p.teacher), "selection": to_dict(p.selection),
-            "snapshot_steps": sorted(p.snapshot_steps)}
-    if p.method in ("mixture", "projected", "soup"):
-        spec["domain_h"] = coarse_histograms(run_dir, cfg)
+    n_clusters = cluster_info(run_dir, cfg)["k"] if method.clustered else 1
+    method.check(p.model, n_clusters, "pretrain.model.")
+    arch = method.architecture(gpt_config(p.model, vocab_size(run_dir, cfg), seq_len), p.model, n_clusters)
+    output = RunLayout.of(cfg).pretrained(p.run_name)
+    check_precision(p.train, "pretrain", cfg)
+    spec = WorkerSpec(name=p.run_name, config_key="pretrain.train", output=str(output.dir.resolve()), train=p.train,
+                      arch=arch, data=str(data), valid=valid_sets(run_dir, cfg, list(cfg.corpus.domains)),
+                      model=p.model, teacher=_teacher(p.teacher), selection=p.selection,
+                      snapshot_steps=sorted(p.snapshot_steps),
+                      domain_h=coarse_histograms(run_dir, cfg) if method.clustered else {})
     if p.teacher.checkpoint:
         if not Path(p.teacher.checkpoint).exists():
             raise TrainingInputError(f"config key 'pretrain.teacher.checkpoint': {p.teacher.checkpoint} does not exist")
     elif p.selection.enabled:
         raise TrainingInputError("config key 'pretrain.selection.enabled': SALT-DS scores with the teacher; "
                                  "set pretrain.teacher.checkpoint")
-    import torch
-
-    from slm.models.registry import build_model
-
     with torch.device("meta"):
-        model = build_model(arch)
-    params = sum(t.numel() for t in model.parameters())
-    extra = {"_ray": cfg.ray, "params": params, "data": str(data), "inference_flops_per_token": _inference_flops(arch)}
+        params = sum(t.numel() for t in method.build(arch).parameters())
+    extra = {"params": params, "data": str(data), "inference_flops_per_token": _inference_flops(arch)}
     if p.teacher.checkpoint:
         extra["teacher_cost"] = teacher_cost(Path(p.teacher.checkpoint))
-    return _run("pretrain", spec, p.train, out, extra)
+    return _run("pretrain", spec, output, cfg.ray, extra)
 
 
 def _inference_flops(arch: dict) -> int:
-    from slm.models.gpt import GPTConfig
-    from slm.train.budget import dense_flops_per_token
-
     return dense_flops_per_token(GPTConfig(**arch["gpt"]), training=False)
 
 
@@ -268,7 +228,7 @@ def teacher_cost(model_path: Path) -> dict:
 
 def resolve_source(cfg: JobConfig, run_dir: Path, s: SpecializeConfig) -> Path:
     source = s.source or cfg.pretrain.run_name
-    path = Path(source) if source.endswith(".safetensors") else run_dir / cfg.pretrain.output / source / "model.safetensors"
+    path = Path(source) if source.endswith(".safetensors") else RunLayout.of(cfg).pretrained(source).model
     if not path.exists():
         raise TrainingInputError(f"config key 'specialize.source': {path} does not exist "
                                  f"(run the pretrain stage for {source!r} first, or give a model.safetensors)")
@@ -287,44 +247,44 @@ def domain_subset(arrays: Path, tokens: int, seed: int, where: str) -> np.ndarra
 
 
 def specialize(cfg: JobConfig, run_dir: Path) -> dict:
-    from slm.models.gpt import save_dense
-    from slm.models.registry import instantiate, load_model
-
     s: SpecializeConfig = cfg.specialize
     domain = s.domain or cfg.resample.domain
     source = resolve_source(cfg, run_dir, s)
     name = s.name or source.parent.name
-    out = run_dir / s.output / domain / name
+    layout = RunLayout.of(cfg)
+    output = layout.specialized(domain, name)
     hist = coarse_histograms(run_dir, cfg)
     if domain not in hist:
         raise TrainingInputError(f"config key 'specialize.domain': no histogram for {domain!r} "
                                  f"(domains with one: {sorted(hist)})")
-    model, arch = load_model(source)
+    model, arch = methods.load_model(source)
     try:
-        dense, chosen = instantiate(model, arch, hist[domain], None if s.expert < 0 else s.expert)
+        dense, chosen = methods.get(arch["method"]).instantiate(model, arch, hist[domain],
+                                                                None if s.expert < 0 else s.expert)
     except ValueError as err:
         if s.expert < 0:
             raise
         raise TrainingInputError(f"config key 'specialize.expert' ({s.expert}): {err}") from err
-    out.mkdir(parents=True, exist_ok=True)
-    init = out / "init.safetensors"
+    output.dir.mkdir(parents=True, exist_ok=True)
+    init = output.init
     save_dense(dense, init, {"method": arch["method"], "source": str(source), **chosen})
     arrays = packed(run_dir, cfg, f"domain/{domain}")
-    rows = domain_subset(arrays, s.domain_tokens, s.train.seed, str(run_dir / cfg.pack.output / "domain" / domain))
-    rows_path = out / "rows.npy"
+    rows = domain_subset(arrays, s.domain_tokens, s.train.seed, str(layout.packed_domain(domain)))
+    rows_path = output.rows
     np.save(rows_path, rows)
     if s.teacher.checkpoint and not Path(s.teacher.checkpoint).exists():
         raise TrainingInputError(f"config key 'specialize.teacher.checkpoint': {s.teacher.checkpoint} does not exist")
-    spec = {**base_spec(f"{domain}/{name}", s.train, out, "specialize", cfg), "arch": {"method": "generic", "gpt": arch["gpt"]},
-            "init": str(init.resolve()), "data": str(arrays), "rows": str(rows_path.resolve()),
-            "valid": valid_sets(run_dir, cfg, [domain]), "teacher": _teacher(s.teacher), "lora": to_dict(s.lora),
-            "init_sha": file_sha256(init)}
+    check_precision(s.train, "specialize", cfg)
+    spec = WorkerSpec(name=f"{domain}/{name}", config_key="specialize.train", output=str(output.dir.resolve()),
+                      train=s.train, arch=methods.dense_record(arch["gpt"]), data=str(arrays),
+                      valid=valid_sets(run_dir, cfg, [domain]), teacher=_teacher(s.teacher), lora=s.lora,
+                      init=str(init.resolve()), init_sha=file_sha256(init), rows=str(rows_path.resolve()))
     pre = read_manifest(source.parent) or {}
-    extra = {"_ray": cfg.ray, "method": arch["method"], "domain": domain, "source": str(source), "source_method": arch["method"],
+    extra = {"method": arch["method"], "domain": domain, "source": str(source), "source_method": arch["method"],
              "instantiated": chosen, "domain_tokens": s.domain_tokens, "domain_sequences": int(len(rows)),
              "pretrain_cost": pre.get("cost", {"flops": 0.0, "device_seconds": 0.0}),
              "inference_flops_per_token": dense.flops_per_token(training=False),
              "params": dense.num_params()}
     if s.teacher.checkpoint:
         extra["teacher_cost"] = teacher_cost(Path(s.teacher.checkpoint))
-    return _run("specialize", spec, s.train, out, extra)
+    return _run("specialize", spec, output, cfg.ray, extra)

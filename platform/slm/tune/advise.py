@@ -12,7 +12,7 @@ and the answer is the admissible setting of lowest mean specialized perplexity o
 ties broken by C_total(N) = C_generic + N·C_specialization. It comes with its margin: the difference
 to the best admissible setting of another method or size, ± its standard error. A margin under two
 standard errors is called a tie, and every setting within noise of the winner is named; with one seed
-per setting the margin has no error and the advice says the spread is unknown (``slm.tune.table``).
+per setting the margin has no error and the advice says the spread is unknown (``slm.tune.results``).
 Budgets are in FLOPs (or device-seconds with ``unit="device_seconds"``). Nothing is extrapolated: a
 request beyond every measured row is answered with the best measured row and a plain statement that the
 request lies outside the sweep.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slm.tune.table import aggregate, difference, menu, ppl, read_table, separable
+from slm.tune.results import aggregate, difference, menu, ppl, read_table, separable
 
 
 def _cost(r: dict, what: str, unit: str) -> float:

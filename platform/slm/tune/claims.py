@@ -1,7 +1,7 @@
 """The seed papers' claims, evaluated from a sweep's results table (``slm report`` writes ``claims.md``).
 
 Each claim is a set of comparisons between two settings of the table (rows folded over seeds:
-``slm.tune.table.aggregate``). A comparison states what the claim expects of setting ``a`` against
+``slm.tune.results.aggregate``). A comparison states what the claim expects of setting ``a`` against
 setting ``b`` on one measure (lower is better: perplexity after specialization, or before it) and gets a
 verdict from the difference ``d = b − a`` and its standard error (``table.separable``: ``|d| ≥ 2·se``):
 
@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Literal
 
 from slm.artifacts import atomic_write_text
-from slm.tune.table import difference, finite, menu, separable, standard_error
+from slm.methods import BASELINE, DISTILLED, SLM_IS, SLM_MIX, SLM_PN, SOUP
+from slm.tune.results import difference, finite, menu, separable, standard_error
 
 Expectation = Literal["lower", "not lower", "not higher", "tie"]
 Verdict = Literal["holds", "does not hold", "inconclusive"]
@@ -123,7 +124,7 @@ def c1(grid: Grid) -> Claim:
     claim = Claim("C1", "Plan-Early", "With the smallest in-domain data size, SLM-is is the best small model on "
                   "each domain (at the largest pretraining budget, at each specialization budget: SLM-is against "
                   "the best other method of the same size).")
-    if not _need(grid, claim, ["importance"]) or len(grid.methods) < 2:
+    if not _need(grid, claim, [SLM_IS]) or len(grid.methods) < 2:
         claim.missing = claim.missing or "the table has no method but SLM-is to compare with"
         return claim
     small, tokens, pretrain = grid.sizes[0], grid.domain_tokens[0], grid.pretrain[-1]
@@ -131,8 +132,8 @@ def c1(grid: Grid) -> Claim:
         for steps in grid.specialize:
             cell = grid.find(size=small, domain=domain, domain_tokens=tokens, pretrain_steps=pretrain,
                              specialize_steps=steps)
-            ours = [r for r in cell if r["method"] == "importance"]
-            others = [r for r in cell if r["method"] != "importance"]
+            ours = [r for r in cell if r["method"] == SLM_IS]
+            others = [r for r in cell if r["method"] != SLM_IS]
             if ours and others:
                 best = min(others, key=lambda r: r["perplexity"])
                 claim.comparisons.append(compare(
@@ -145,7 +146,7 @@ def c2(grid: Grid) -> Claim:
     claim = Claim("C2", "Plan-Early", "At the largest pretraining budget and smallest specialization budget, "
                   "SLM-mix and SLM-pn beat the generic small model; at the smallest pretraining budget they do not "
                   "(on each domain and in-domain data size).")
-    if not _need(grid, claim, ["generic", "mixture", "projected"], budgets=True):
+    if not _need(grid, claim, [BASELINE, SLM_MIX, SLM_PN], budgets=True):
         return claim
     small, steps = grid.sizes[0], grid.specialize[0]
     for domain in grid.domains:
@@ -153,8 +154,8 @@ def c2(grid: Grid) -> Claim:
             for pretrain, expected in ((grid.pretrain[-1], "lower"), (grid.pretrain[0], "not lower")):
                 at = dict(size=small, domain=domain, domain_tokens=tokens, pretrain_steps=pretrain,
                           specialize_steps=steps)
-                generic = grid.one(method="generic", **at)
-                for method in ("mixture", "projected"):
+                generic = grid.one(method=BASELINE, **at)
+                for method in (SLM_MIX, SLM_PN):
                     row = grid.one(method=method, **at)
                     if row and generic:
                         claim.comparisons.append(compare(
@@ -168,7 +169,7 @@ def c3(grid: Grid) -> Claim:
                   "domain loss than the generic model at equal pretraining steps (each budget), and reaches the "
                   "generic model's loss at the largest budget in ≤ 0.6× its steps (the soup at the largest budget "
                   "≤ 0.6× that one is not worse).")
-    if not _need(grid, claim, ["generic", "soup"]):
+    if not _need(grid, claim, [BASELINE, SOUP]):
         return claim
     # Before specialization the in-domain data size and specialization budget do not matter: the rows at
     # the smallest of each are the pretrained models' own evaluation.
@@ -176,14 +177,14 @@ def c3(grid: Grid) -> Claim:
     top = grid.pretrain[-1]
     for domain in grid.domains:
         for pretrain in grid.pretrain:
-            soup = grid.one(method="soup", domain=domain, pretrain_steps=pretrain, **at)
-            generic = grid.one(method="generic", domain=domain, pretrain_steps=pretrain, **at)
+            soup = grid.one(method=SOUP, domain=domain, pretrain_steps=pretrain, **at)
+            generic = grid.one(method=BASELINE, domain=domain, pretrain_steps=pretrain, **at)
             if soup and generic:
                 claim.comparisons.append(compare(f"{domain}, {pretrain} pretraining steps: soup vs generic, "
                                                  "before specialization", soup, generic, "lower", "perplexity_before"))
         early = [p for p in grid.pretrain if p <= 0.6 * top]
-        generic = grid.one(method="generic", domain=domain, pretrain_steps=top, **at)
-        soup = grid.one(method="soup", domain=domain, pretrain_steps=early[-1], **at) if early else None
+        generic = grid.one(method=BASELINE, domain=domain, pretrain_steps=top, **at)
+        soup = grid.one(method=SOUP, domain=domain, pretrain_steps=early[-1], **at) if early else None
         if soup and generic:
             claim.comparisons.append(compare(f"{domain}: soup at {early[-1]} steps vs generic at {top}, before "
                                              "specialization", soup, generic, "not higher", "perplexity_before"))
@@ -197,14 +198,14 @@ def c4(grid: Grid) -> Claim:
                   "counted: at each cell (domain, in-domain data size, specialization budget), the distilled small "
                   "model is not better than the best small model of another method that costs no more in total "
                   "(pretraining + specialization for one domain, the teacher's included).")
-    if not _need(grid, claim, ["distill"]):
+    if not _need(grid, claim, [DISTILLED]):
         claim.missing = "the sweep plans no distillation trials (sweep.distill with sweep.large_size)"
         return claim
-    for student in grid.find(method="distill"):
+    for student in grid.find(method=DISTILLED):
         cost = total_cost(student)
         others = [r for r in grid.find(size=student["size"], domain=student["domain"],
                                        domain_tokens=student["domain_tokens"])
-                  if r["method"] != "distill" and total_cost(r) <= cost]
+                  if r["method"] != DISTILLED and total_cost(r) <= cost]
         if others:
             best = min(others, key=lambda r: r["perplexity"])
             claim.comparisons.append(compare(

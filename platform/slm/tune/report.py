@@ -1,6 +1,6 @@
 """`slm report SWEEP`: the frontier plots (Plan-Early's figures) and a Markdown summary of a sweep.
 
-Everything is computed on settings — a sweep's trials folded over their seeds (``slm.tune.table``):
+Everything is computed on settings — a sweep's trials folded over their seeds (``slm.tune.results``):
 each point is a setting's mean perplexity with error bars of ± one standard error. Plots (PNG,
 matplotlib), specialized perplexity on the y axis, one colour per method, Pareto-optimal points (no
 other setting is both cheaper and better on the means) ringed in black, and the points that are not
@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
+from slm import methods
 from slm.artifacts import atomic_path, atomic_write_text
 from slm.tune.claims import write_claims
-from slm.tune.table import aggregate, difference, finite, menu, ppl, read_curves, read_table, separable
-
-METHOD_COLORS = {"generic": "tab:gray", "importance": "tab:green", "dsir": "tab:olive", "mixture": "tab:blue",
-                 "projected": "tab:purple", "soup": "tab:orange", "distill": "tab:red"}
+from slm.tune.results import aggregate, difference, finite, menu, ppl, read_curves, read_table, separable
 
 
 def pareto(rows: list[dict], cost: str, quality: str = "perplexity") -> list[dict]:
@@ -65,7 +65,7 @@ def _scatter(ax, rows: list[dict], cost, title: str, xlabel: str) -> None:
         mine = [r for r in rows if r["method"] == method]
         ax.errorbar([r["_x"] for r in mine], [r["perplexity"] for r in mine],
                     yerr=[r["perplexity_se"] or 0.0 for r in mine], fmt="o", capsize=3, label=method, alpha=0.8,
-                    color=METHOD_COLORS.get(method))
+                    color=methods.display(method)[1])
     front = pareto(rows, "_x")
     ax.scatter([r["_x"] for r in front], [r["perplexity"] for r in front], s=140, facecolors="none",
                edgecolors="black", label="Pareto-optimal")
@@ -84,7 +84,6 @@ def _scatter(ax, rows: list[dict], cost, title: str, xlabel: str) -> None:
 def _log_x(ax, xs: list[float]) -> None:
     """A log x axis with a few short labels: matplotlib labels every minor tick of a span under a decade
     with long 2.2×10¹² labels that overlap."""
-    import numpy as np
     from matplotlib import ticker
 
     ax.set_xscale("log")
@@ -98,6 +97,7 @@ def _log_x(ax, xs: list[float]) -> None:
 
 
 def _figure(path: Path, panels: list[tuple[str, list[dict]]], cost, xlabel: str) -> None:
+    # matplotlib only when drawing, and its file backend chosen before pyplot loads (no display here).
     import matplotlib
 
     matplotlib.use("Agg")

@@ -28,12 +28,28 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from slm.artifacts import atomic_write_json
-from slm.config import ConfigError, JobConfig, config_hash, from_dict, size_config, to_dict
-from slm.tune.table import write_curves, write_table
+import ray
+import ray.tune
+from ray.tune import RunConfig as TuneRunConfig
+from ray.tune import TuneConfig, Tuner
+from ray.tune.schedulers import ASHAScheduler
+
+from slm import methods
+from slm.artifacts import atomic_write_json, read_manifest
+from slm.config import ConfigError, config_hash, to_dict
+from slm.job import JobConfig
+from slm.layout import RunLayout, TrainOutput
+from slm.models.config import size_config
+from slm.models.gpt import ModelConfigError
+from slm.runtime import init_ray
+from slm.train.budget import dense_flops_per_token
+from slm.train.config import BudgetConfig
+from slm.train.hardware import planning_peak
+from slm.train.trainer import gpt_config, packed, pretrain, pretrain_data, specialize, valid_sets, vocab_size
+from slm.tune.results import row, write_curves, write_table
 
 
 class SweepSpecError(ConfigError):
@@ -41,7 +57,7 @@ class SweepSpecError(ConfigError):
 
 
 def sweep_dir(cfg: JobConfig) -> Path:
-    return cfg.run.dir / cfg.sweep.output / cfg.sweep.name
+    return RunLayout.of(cfg).sweep
 
 
 def pretrain_name(method: str, size: str, domain: str | None) -> str:
@@ -54,10 +70,6 @@ def seed_suffix(seed: int | None) -> str:
 
 
 def _sizes(cfg: JobConfig, names: list[str]) -> dict[str, dict]:
-    from slm.models.gpt import ModelConfigError
-    from slm.train.budget import dense_flops_per_token
-    from slm.train.trainer import gpt_config
-
     vocab, seq_len = _vocab_and_seq_len(cfg)
     sizes = {}
     for size in names:
@@ -74,19 +86,22 @@ def _sizes(cfg: JobConfig, names: list[str]) -> dict[str, dict]:
 def plan(cfg: JobConfig, check_data: bool = True) -> dict:
     """Every pretraining run and trial of ``cfg.sweep``, validated, with estimated costs.
     ``check_data=False`` (a dry run on another machine than the cluster's) skips the packed-data checks."""
-    from slm.train.hardware import planning_peak
 
-    sw, run_dir = cfg.sweep, cfg.run.dir
+    methods.check_job(cfg)
+    sw = cfg.sweep
+    compared = methods.sweep_methods(cfg)
     domains = sw.domains or cfg.resample.all_domains
+    layout = RunLayout.of(cfg)
     for d in domains if check_data else []:
-        if not (run_dir / cfg.pack.output / "domain" / d / "data").exists():
+        if not (layout.packed_domain(d) / "data").exists():
             raise SweepSpecError(f"config key 'sweep.domains': {d!r} has no packed train data under "
-                                 f"{run_dir / cfg.pack.output / 'domain' / d} (pack it with "
+                                 f"{layout.packed_domain(d)} (pack it with "
                                  f"`slm data pack resample.domain={d} 'pack.sets=[domain]'`)")
-        for method, subset in (("importance", "crisp"), ("dsir", "dsir")):
-            if method in sw.methods and not (run_dir / cfg.pack.output / "resampled" / d / subset / "data").exists():
-                raise SweepSpecError(f"config key 'sweep.methods': {method} for {d!r} needs its {subset} subset "
-                                     f"packed under {run_dir / cfg.pack.output / 'resampled' / d / subset}")
+        for name in compared:
+            subset = layout.packed(methods.get(name).pretrain_set(d))
+            if not (subset / "data").exists():
+                raise SweepSpecError(f"config key 'sweep.methods': {name} for {d!r} pretrains on {subset}, "
+                                     f"which is not packed")
     sizes = _sizes(cfg, list(dict.fromkeys([*sw.sizes, *([sw.large_size] if sw.large_size else [])])))
     for size in sw.sizes:
         inference = sizes[size]["inference_flops_per_token"]
@@ -139,9 +154,9 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
         """What names a trial's domain in its setting (a run pretrained for one domain names it already)."""
         return f"-{d}" if len(domains) > 1 else ""
 
-    for method in sw.methods:
+    for method in compared:
         for size in sw.sizes:
-            for domain in (domains if method in ("importance", "dsir") else [None]):
+            for domain in (domains if methods.get(method).per_domain else [None]):
                 base = pretrain_name(method, size, domain)
                 for seed in seeds:
                     add_run(base + seed_suffix(seed), method, size, domain, seed, budgets, "grid")
@@ -151,16 +166,16 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
                                 for k in all_k:
                                     add_trial(base + seed_suffix(seed), method, size, steps, d, tokens, k, seed,
                                               f"{base}{'' if domain else on(d)}-p{steps}-t{tokens}-s{k}", "grid")
-    student = pretrain_name("generic", small, None)
+    student = pretrain_name(methods.BASELINE, small, None)
     if large:
-        teacher_base = pretrain_name("generic", large, None)
+        teacher_base = pretrain_name(methods.BASELINE, large, None)
         for seed in seeds:
-            add_run(teacher_base + seed_suffix(seed), "generic", large, None, seed, [longest], "large",
+            add_run(teacher_base + seed_suffix(seed), methods.BASELINE, large, None, seed, [longest], "large",
                     eval_every=curve_every)
         if sw.salt_kd_share:
             kd_steps = max(1, round(sw.salt_kd_share * longest))
             for seed in seeds:
-                add_run(f"salt-{large}" + seed_suffix(seed), "generic", large, None, seed, [longest], "salt",
+                add_run(f"salt-{large}" + seed_suffix(seed), methods.BASELINE, large, None, seed, [longest], "salt",
                         teacher=student + seed_suffix(seed), kd_steps=kd_steps, eval_every=curve_every)
         if sw.distill:
             for seed in seeds:
@@ -168,20 +183,20 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
                     for tokens in all_tokens:
                         for k in all_k:
                             cell = f"{on(d).lstrip('-')}{'-' if on(d) else ''}p{longest}-t{tokens}-s{k}"
-                            add_trial(teacher_base + seed_suffix(seed), "generic", large, longest, d, tokens, k, seed,
-                                      f"{teacher_base}-{cell}", "teacher")
-                            add_trial(student + seed_suffix(seed), "distill", small, longest, d, tokens, k, seed,
-                                      f"distill-{small}-from-{large}-{cell}", "distill",
+                            add_trial(teacher_base + seed_suffix(seed), methods.BASELINE, large, longest, d, tokens, k,
+                                      seed, f"{teacher_base}-{cell}", "teacher")
+                            add_trial(student + seed_suffix(seed), methods.DISTILLED, small, longest, d, tokens, k, seed,
+                                      f"{methods.DISTILLED}-{small}-from-{large}-{cell}", "distill",
                                       teacher=f"{teacher_base}-{cell}" + seed_suffix(seed),
                                       teacher_run=teacher_base + seed_suffix(seed), wave=2)
     if sw.all_experts:
         experts = cfg.pretrain.model.n_experts or cfg.cluster.k
-        base = pretrain_name("mixture", small, None)
+        base = pretrain_name(methods.SLM_MIX, small, None)
         for seed in seeds:
             for d in domains:
                 cell = f"{on(d).lstrip('-')}{'-' if on(d) else ''}p{longest}-t{all_tokens[0]}-s{all_k[0]}"
                 for e in range(experts):
-                    add_trial(base + seed_suffix(seed), "mixture", small, longest, d, all_tokens[0], all_k[0], seed,
+                    add_trial(base + seed_suffix(seed), methods.SLM_MIX, small, longest, d, all_tokens[0], all_k[0], seed,
                               f"{base}-{cell}-e{e}", "experts", expert=e)
     # A teacher trains before its student: SALT's runs after the grid's.
     runs.sort(key=lambda r: r["teacher"] is not None)
@@ -197,10 +212,9 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
 
 def _vocab_and_seq_len(cfg: JobConfig) -> tuple[int, int]:
     """From the run's tokenizer and packed data, or the config when they are not made yet (a dry run)."""
-    from slm.train.trainer import vocab_size
 
-    tok = cfg.run.dir / cfg.tokenizer.output / "tokenizer.json"
-    return (vocab_size(cfg.run.dir, cfg) if tok.exists() else cfg.tokenizer.vocab_size), cfg.pack.seq_len
+    made = RunLayout.of(cfg).tokenizer_json.exists()
+    return (vocab_size(cfg.run.dir, cfg) if made else cfg.tokenizer.vocab_size), cfg.pack.seq_len
 
 
 def format_plan(p: dict) -> str:
@@ -222,42 +236,25 @@ def format_plan(p: dict) -> str:
 # ------------------------------------------------------------------------------------------ running
 
 
-def with_values(cfg: JobConfig, values: dict[str, Any]) -> JobConfig:
-    """``cfg`` with the dotted keys of ``values`` set (typed values, checked as a config file's are)."""
-    data = to_dict(cfg)
-    for key, value in values.items():
-        *path, last = key.split(".")
-        node = data
-        for part in path:
-            node = node[part]
-        node[last] = value
-    return from_dict(JobConfig, data)
-
-
 def run_config(cfg: JobConfig, run: dict) -> JobConfig:
-    """The job a sweep's pretraining run is: its method, size, budget, snapshots, seed, teacher."""
-    model = size_config(run["size"])
-    values: dict[str, Any] = {
-        "pretrain.method": run["method"], "pretrain.name": run["name"], "pretrain.model.depth": model.depth,
-        "pretrain.model.preset": model.preset, "pretrain.train.budget": {"steps": run["steps"]},
-        "pretrain.snapshot_steps": run["snapshots"]}
-    if run["domain"]:
-        values["resample.domain"] = run["domain"]
-    if run["seed"] is not None:
-        values["pretrain.train.seed"] = run["seed"]
-    if run["eval_every"]:
-        values["pretrain.train.eval_every"] = run["eval_every"]
+    """The job a sweep's pretraining run is: its method, size, budget, snapshots, seed, teacher
+    (``dataclasses.replace`` on the typed sections: no value goes through text)."""
+    p, size = cfg.pretrain, size_config(run["size"])
+    train = replace(p.train, budget=BudgetConfig(steps=run["steps"]),
+                    seed=p.train.seed if run["seed"] is None else run["seed"],
+                    eval_every=run["eval_every"] or p.train.eval_every)
+    teacher = p.teacher
     if run["teacher"]:
-        values["pretrain.teacher.checkpoint"] = str(cfg.run.dir / cfg.pretrain.output / run["teacher"] / "model.safetensors")
-        values["pretrain.teacher.kd_steps"] = run["kd_steps"]
-    return with_values(cfg, values)
+        teacher = replace(teacher, checkpoint=str(RunLayout.of(cfg).pretrained(run["teacher"]).model),
+                          kd_steps=run["kd_steps"])
+    pretrain = replace(p, method=run["method"], name=run["name"], snapshot_steps=run["snapshots"], train=train,
+                       model=replace(p.model, depth=size.depth, preset=size.preset), teacher=teacher)
+    resample = replace(cfg.resample, domain=run["domain"]) if run["domain"] else cfg.resample
+    return replace(cfg, pretrain=pretrain, resample=resample)
 
 
-def _pretrain_task(job: dict, *teachers) -> str:
+def _pretrain_task(cfg: JobConfig, *teachers) -> str:
     """One pretraining run in a Ray task (``teachers``: the runs it waits for, already finished)."""
-    from slm.train.trainer import pretrain
-
-    cfg = from_dict(JobConfig, job)
     pretrain(cfg, cfg.run.dir)
     return cfg.pretrain.run_name
 
@@ -266,9 +263,6 @@ def pretrain_all(cfg: JobConfig, runs: list[dict]) -> None:
     """Every pretraining run of the plan. Ray Train runs go one at a time from this driver; runs in their
     own process are Ray tasks, as many at once as the cluster's resources allow, a SALT run after its
     teacher (Ray passes the teacher's result as the task's argument, so it waits for it)."""
-    import ray
-
-    from slm.train.trainer import pretrain, pretrain_data, valid_sets
 
     train = cfg.pretrain.train
     if train.num_workers:
@@ -285,81 +279,40 @@ def pretrain_all(cfg: JobConfig, runs: list[dict]) -> None:
     refs: dict[str, ray.ObjectRef] = {}
     for run in runs:
         teachers = [refs[run["teacher"]]] if run["teacher"] in refs else []
-        refs[run["name"]] = task.remote(to_dict(run_config(cfg, run)), *teachers)
+        refs[run["name"]] = task.remote(run_config(cfg, run), *teachers)
     ray.get(list(refs.values()))
 
 
-def trial_config(job: dict, t: dict) -> JobConfig:
+def trial_config(cfg: JobConfig, t: dict) -> JobConfig:
     """The job a trial is: the snapshot it specializes, its domain, data and step budgets, seed, expert
     (C6) and teacher (distillation: wave 1's specialized large model for the same cell and seed)."""
-    from slm.train.callbacks import snapshot_path
-
-    cfg = from_dict(JobConfig, job)
-    values: dict[str, Any] = {
-        "specialize.source": str(snapshot_path(cfg.run.dir / cfg.pretrain.output / t["source"], t["pretrain_steps"])),
-        "specialize.name": t["name"], "specialize.domain": t["domain"], "specialize.domain_tokens": t["domain_tokens"],
-        "specialize.train.budget": {"steps": t["specialize_steps"]}}
-    if t["seed"] is not None:
-        values["specialize.train.seed"] = t["seed"]
-    if t["expert"] is not None:
-        values["specialize.expert"] = t["expert"]
-    if t["teacher"]:
-        values["specialize.teacher.checkpoint"] = str(teacher_folder(cfg, t) / "model.safetensors")
-    return with_values(cfg, values)
+    s = cfg.specialize
+    train = replace(s.train, budget=BudgetConfig(steps=t["specialize_steps"]),
+                    seed=s.train.seed if t["seed"] is None else t["seed"])
+    teacher = replace(s.teacher, checkpoint=str(teacher_output(cfg, t).model)) if t["teacher"] else s.teacher
+    specialize = replace(s, source=str(RunLayout.of(cfg).pretrained(t["source"]).snapshot(t["pretrain_steps"])),
+                         name=t["name"], domain=t["domain"], domain_tokens=t["domain_tokens"], train=train,
+                         expert=s.expert if t["expert"] is None else t["expert"], teacher=teacher)
+    return replace(cfg, specialize=specialize)
 
 
-def teacher_folder(cfg: JobConfig, t: dict) -> Path:
-    return cfg.run.dir / cfg.specialize.output / t["domain"] / t["teacher"]
+def teacher_output(cfg: JobConfig, t: dict) -> TrainOutput:
+    return RunLayout.of(cfg).specialized(t["domain"], t["teacher"])
 
 
-def specialize_trial(config: dict) -> None:
-    """The Tune function trainable: one specialization of one snapshot."""
-    import ray.tune
-
-    from slm.artifacts import read_manifest
-    from slm.train.trainer import specialize
-
+def specialize_trial(config: dict, job: JobConfig, snapshots: dict[str, str], trials_log: str) -> None:
+    """The Tune function trainable: one specialization of one snapshot. Tune's search space is the trial
+    alone; the job and the snapshots' index come through ``tune.with_parameters`` (Ray's object store),
+    so that they are neither copied into every trial's config nor flattened into Tune's result columns."""
     t = config["trial"]
-    cfg = trial_config(config["job"], t)
-    log = Path(config["trials_log"])
+    cfg = trial_config(job, t)
+    log = Path(trials_log)
     with log.open("a") as f:  # an audit line per trial start: what a restored sweep ran again
         f.write(json.dumps({"trial": t["name"], "started": time.time()}) + "\n")
     m = specialize(cfg, cfg.run.dir)
-    teacher = read_manifest(teacher_folder(cfg, t)) if t["teacher"] else None
-    ray.tune.report(row(t, m, json.loads(Path(config["snapshots"][t["source"]]).read_text()), teacher,
-                        json.loads(Path(config["snapshots"][t["teacher_run"]]).read_text()) if teacher else None))
-
-
-def row(t: dict, m: dict, snapshots: dict, teacher: dict | None = None, teacher_snapshots: dict | None = None) -> dict:
-    """A trial's line of the results table. A distilled student's costs include its teacher's: the large
-    model's pretraining is generic (paid once), its specialization per domain."""
-    snap = snapshots[str(t["pretrain_steps"])]
-    pre, spec = snap["cost"], m["cost"]
-    domain_specific = t["method"] in ("importance", "dsir")  # SLM-is: C_generic = 0, all of it per domain
-    pre_flops, pre_seconds = pre["flops"], pre["device_seconds"]
-    spec_flops, spec_seconds = spec["flops"], spec["device_seconds"]
-    if teacher is not None:
-        teacher_pre = teacher_snapshots[str(t["pretrain_steps"])]["cost"]
-        pre_flops, pre_seconds = pre_flops + teacher_pre["flops"], pre_seconds + teacher_pre["device_seconds"]
-        spec_flops += teacher["cost"]["flops"]
-        spec_seconds += teacher["cost"]["device_seconds"]
-    d = t["domain"]
-    return {
-        "trial": t["name"], "setting": t["setting"], "seed": t["seed"], "method": t["method"], "size": t["size"],
-        "expert": t["expert"], "params": m["params"],
-        "inference_flops_per_token": m["inference_flops_per_token"], "pretrain_steps": t["pretrain_steps"],
-        "pretrain_flops": pre_flops, "pretrain_device_seconds": pre_seconds,
-        "generic_flops": 0.0 if domain_specific else pre_flops,
-        "generic_device_seconds": 0.0 if domain_specific else pre_seconds,
-        "domain": d, "domain_tokens": t["domain_tokens"], "specialize_steps": t["specialize_steps"],
-        "specialize_flops": spec_flops, "specialize_device_seconds": spec_seconds,
-        "per_domain_flops": spec_flops + (pre_flops if domain_specific else 0.0),
-        "per_domain_device_seconds": spec_seconds + (pre_seconds if domain_specific else 0.0),
-        "perplexity": m["eval"][d]["perplexity"], "accuracy": m["eval"][d]["accuracy"],
-        "perplexity_before": m["eval_before"][d]["perplexity"], "accuracy_before": m["eval_before"][d]["accuracy"],
-        # what a scheduler compares (ASHA's intermediate reports carry the training loss at "step")
-        "loss": m["eval"][d]["loss"], "step": t["specialize_steps"],
-    }
+    teacher = read_manifest(teacher_output(cfg, t).dir) if t["teacher"] else None
+    ray.tune.report(row(t, m, json.loads(Path(snapshots[t["source"]]).read_text()), teacher,
+                        json.loads(Path(snapshots[t["teacher_run"]]).read_text()) if teacher else None))
 
 
 def trial_resources(train) -> dict:
@@ -371,8 +324,6 @@ def trial_resources(train) -> dict:
 
 
 def concurrency(cfg: JobConfig) -> int:
-    import ray
-
     if cfg.sweep.max_concurrent_trials:
         return cfg.sweep.max_concurrent_trials
     t = cfg.specialize.train
@@ -384,12 +335,12 @@ def concurrency(cfg: JobConfig) -> int:
 
 def run_wave(cfg: JobConfig, trials: list[dict], wave: int, snapshots: dict[str, str], out: Path) -> list:
     """One wave of trials on Tune (restored if an earlier invocation started it); its results."""
-    import ray.tune
-    from ray.tune import RunConfig as TuneRunConfig
-    from ray.tune import TuneConfig, Tuner
 
     storage = cfg.sweep.storage_path or str((out / "tune").resolve())
-    trainable = ray.tune.with_resources(specialize_trial, trial_resources(cfg.specialize.train))
+    trainable = ray.tune.with_resources(
+        ray.tune.with_parameters(specialize_trial, job=cfg, snapshots=snapshots,
+                                 trials_log=str((out / "trials.log").resolve())),
+        trial_resources(cfg.specialize.train))
     # The experiment is keyed on the plan: a changed spec starts afresh instead of restoring another one.
     name = f"{cfg.sweep.name}-w{wave}-{config_hash({'trials': trials, 'specialize': to_dict(cfg.specialize)})[:8]}"
     experiment = f"{storage.rstrip('/')}/{name}"
@@ -399,13 +350,11 @@ def run_wave(cfg: JobConfig, trials: list[dict], wave: int, snapshots: dict[str,
     else:
         scheduler = None
         if cfg.sweep.scheduler == "asha":
-            from ray.tune.schedulers import ASHAScheduler
 
             scheduler = ASHAScheduler(time_attr="step", max_t=max(cfg.sweep.specialize_steps), grace_period=1)
         tuner = Tuner(
             trainable,
-            param_space={"trial": ray.tune.grid_search(trials), "job": to_dict(cfg), "snapshots": snapshots,
-                         "trials_log": str((out / "trials.log").resolve())},
+            param_space={"trial": ray.tune.grid_search(trials)},
             # Trials that train in their own process reuse it for the next trial: no new Python, torch
             # and slm imports per trial (a few seconds each, against trials of a few seconds).
             tune_config=TuneConfig(metric="loss" if scheduler else None, mode="min" if scheduler else None,
@@ -418,16 +367,14 @@ def run_wave(cfg: JobConfig, trials: list[dict], wave: int, snapshots: dict[str,
 
 def run_sweep(cfg: JobConfig) -> dict:
     """Plan, pretrain what is missing, run (or resume) the trials on Tune, write the results table."""
-    from slm.runtime import init_ray
-    from slm.train.callbacks import snapshot_path
-    from slm.train.trainer import packed
 
     # Tune runs each trial in its own folder: every path a trial reads must be absolute. A sweep's runs
     # live under its own folder, so that they never overwrite the run directory's other checkpoints.
     here = f"{cfg.sweep.output}/{cfg.sweep.name}"
-    cfg = with_values(cfg, {"run.root": str(Path(cfg.run.root).expanduser().resolve()),
-                            "corpus.dir": str(Path(cfg.corpus.dir).expanduser().resolve()),
-                            "pretrain.output": f"{here}/checkpoints", "specialize.output": f"{here}/specialized"})
+    cfg = replace(cfg, run=replace(cfg.run, root=str(Path(cfg.run.root).expanduser().resolve())),
+                  corpus=replace(cfg.corpus, dir=str(Path(cfg.corpus.dir).expanduser().resolve())),
+                  pretrain=replace(cfg.pretrain, output=f"{here}/checkpoints"),
+                  specialize=replace(cfg.specialize, output=f"{here}/specialized"))
     p = plan(cfg)
     print(format_plan(p), flush=True)
     out = sweep_dir(cfg)
@@ -436,14 +383,15 @@ def run_sweep(cfg: JobConfig) -> dict:
     init_ray(cfg.ray)
     pretrain_all(cfg, p["runs"])
     snapshots = {}
+    layout = RunLayout.of(cfg)
     for run in p["runs"]:
-        output = cfg.run.dir / cfg.pretrain.output / run["name"]
-        missing = [s for s in run["snapshots"] if not snapshot_path(output, s).exists()]
+        output = layout.pretrained(run["name"])
+        missing = [s for s in run["snapshots"] if not output.snapshot(s).exists()]
         if missing:  # fail here, not in every trial that would start from them
             raise RuntimeError(f"sweep: pretraining run {run['name']} finished without snapshots at steps {missing} "
-                               f"in {output / 'snapshots'}; delete {output} and rerun")
-        snapshots[run["name"]] = str(output / "snapshots" / "snapshots.json")
-    write_curves(p["runs"], cfg.run.dir / cfg.pretrain.output, out)
+                               f"in {output.snapshots}; delete {output.dir} and rerun")
+        snapshots[run["name"]] = str(output.snapshot_index)
+    write_curves(p["runs"], layout, out)
     for domain in sorted({t["domain"] for t in p["trials"]}):  # the arrays trials read, made once
         packed(cfg.run.dir, cfg, f"domain/{domain}")
     results, failed = [], []

@@ -1,5 +1,6 @@
-"""A sweep's results table: one row per trial (one setting at one seed), and the same table folded over
-seeds into one row per setting with the mean and its standard error.
+"""A sweep's results table: one row per trial (one setting at one seed, ``row``), and the same table
+folded over seeds into one row per setting with the mean and its standard error; the pretraining runs'
+evaluation curves (``curves.parquet``).
 
 What "within noise" means here, in one place: two settings differ by ``d ± se`` with
 ``se = sqrt(se_a² + se_b²)`` (the standard errors of their means over seeds); the difference is
@@ -11,11 +12,18 @@ standard error is ``None`` and nothing about it is called separable or a tie.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from slm import methods
 from slm.artifacts import atomic_path
+from slm.layout import RunLayout
 
 COLUMNS = ["method", "size", "expert", "params", "inference_flops_per_token", "pretrain_steps", "pretrain_flops",
            "pretrain_device_seconds", "generic_flops", "generic_device_seconds", "domain", "domain_tokens",
@@ -36,11 +44,40 @@ def finite(x) -> bool:
     return x is not None and math.isfinite(x)
 
 
-def write_table(rows: list[dict], out: Path) -> Path:
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
+def row(t: dict, m: dict, snapshots: dict, teacher: dict | None = None, teacher_snapshots: dict | None = None) -> dict:
+    """A trial's line of the results table. A distilled student's costs include its teacher's: the large
+    model's pretraining is generic (paid once), its specialization per domain."""
+    snap = snapshots[str(t["pretrain_steps"])]
+    pre, spec = snap["cost"], m["cost"]
+    # SLM-is: C_generic = 0, all of it per domain (a distilled student is the generic model's)
+    domain_specific = t["method"] != methods.DISTILLED and methods.get(t["method"]).per_domain
+    pre_flops, pre_seconds = pre["flops"], pre["device_seconds"]
+    spec_flops, spec_seconds = spec["flops"], spec["device_seconds"]
+    if teacher is not None:
+        teacher_pre = teacher_snapshots[str(t["pretrain_steps"])]["cost"]
+        pre_flops, pre_seconds = pre_flops + teacher_pre["flops"], pre_seconds + teacher_pre["device_seconds"]
+        spec_flops += teacher["cost"]["flops"]
+        spec_seconds += teacher["cost"]["device_seconds"]
+    d = t["domain"]
+    return {
+        "trial": t["name"], "setting": t["setting"], "seed": t["seed"], "method": t["method"], "size": t["size"],
+        "expert": t["expert"], "params": m["params"],
+        "inference_flops_per_token": m["inference_flops_per_token"], "pretrain_steps": t["pretrain_steps"],
+        "pretrain_flops": pre_flops, "pretrain_device_seconds": pre_seconds,
+        "generic_flops": 0.0 if domain_specific else pre_flops,
+        "generic_device_seconds": 0.0 if domain_specific else pre_seconds,
+        "domain": d, "domain_tokens": t["domain_tokens"], "specialize_steps": t["specialize_steps"],
+        "specialize_flops": spec_flops, "specialize_device_seconds": spec_seconds,
+        "per_domain_flops": spec_flops + (pre_flops if domain_specific else 0.0),
+        "per_domain_device_seconds": spec_seconds + (pre_seconds if domain_specific else 0.0),
+        "perplexity": m["eval"][d]["perplexity"], "accuracy": m["eval"][d]["accuracy"],
+        "perplexity_before": m["eval_before"][d]["perplexity"], "accuracy_before": m["eval_before"][d]["accuracy"],
+        # what a scheduler compares (ASHA's intermediate reports carry the training loss at "step")
+        "loss": m["eval"][d]["loss"], "step": t["specialize_steps"],
+    }
 
+
+def write_table(rows: list[dict], out: Path) -> Path:
     table = pa.Table.from_pylist([{k: r[k] for k in COLUMNS} for r in sorted(rows, key=lambda r: r["trial"])])
     with atomic_path(out / "results.parquet") as tmp:
         pq.write_table(table, tmp)
@@ -52,7 +89,6 @@ def write_table(rows: list[dict], out: Path) -> Path:
 def read_table(sweep: str | Path) -> list[dict]:
     """A sweep's rows. A table written before the seed axis has no ``setting`` / ``seed`` columns: each of
     its trials is its own setting, at an unrecorded seed."""
-    import pyarrow.parquet as pq
 
     path = Path(sweep)
     path = path / "results.parquet" if path.is_dir() else path
@@ -72,18 +108,14 @@ def menu(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r.get("expert") is None]
 
 
-def write_curves(runs: list[dict], checkpoints: Path, out: Path) -> Path:
+def write_curves(runs: list[dict], layout: RunLayout, out: Path) -> Path:
     """Every evaluation the pretraining runs logged (``metrics.jsonl`` rows with ``eval.macro.*``: the
     macro average over the valid domains of the model each domain is served by), a row each, in
     ``curves.parquet``: how each run's valid loss fell with its steps (C5, the saturation check)."""
-    import json
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
     rows = []
     for run in runs:
-        log = checkpoints / run["name"] / "logs" / "metrics.jsonl"
+        log = layout.pretrained(run["name"]).metrics
         seen: dict[int, dict] = {}  # a resumed run logs the steps after its checkpoint twice: keep the last
         for line in log.read_text().splitlines() if log.exists() else []:
             m = json.loads(line)
@@ -104,7 +136,6 @@ def write_curves(runs: list[dict], checkpoints: Path, out: Path) -> Path:
 
 def read_curves(sweep: str | Path) -> list[dict]:
     """A sweep's curves table (empty for a sweep that wrote none)."""
-    import pyarrow.parquet as pq
 
     path = Path(sweep) / "curves.parquet"
     return pq.read_table(path).to_pylist() if path.exists() else []

@@ -1,0 +1,93 @@
+"""The method protocol: everything the platform asks of a method, in one place.
+
+A method is a way to pretrain a small model that will be specialized per domain (Plan-Early's SLM-is,
+SLM-mix, SLM-pn, Soup-of-Experts; the generic baseline; DSIR's data selection). The trainer, the loop,
+the sweep, the report and the CLI ask the method registry (``slm.methods``) and never test a method's
+name, so adding a method is one module that subclasses :class:`Method` and registers it, plus its
+test. docs/architecture.md has the how-to.
+
+The defaults below are the dense baseline's: one GPT, trained on every generic window, uniformly
+sampled; a subclass overrides what its method changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from slm.config import ConfigError
+from slm.data.samplers import UniformSampler
+from slm.models.config import ModelConfig
+from slm.models.gpt import GPT, GPTConfig, LMOutput
+
+
+class Method:
+    """One pretraining method. Class attributes describe it; methods do what differs between methods."""
+
+    name: ClassVar[str]  # the config name (pretrain.method, sweep.methods)
+    paper_name: ClassVar[str]  # what the papers and the plots call it
+    color: ClassVar[str]  # its colour in every plot
+    # The model is one dense GPT, stored as one (the method changes only the data it pretrains on).
+    dense: ClassVar[bool] = True
+    # Its pretraining set is chosen for one domain, so it is paid again for every domain (C_generic = 0).
+    per_domain: ClassVar[bool] = False
+    # It trains on the coarse clusters: its sequences carry cluster ids, and it serves a domain through
+    # the domain's histogram over them (only domains with a histogram are evaluated).
+    clustered: ClassVar[bool] = False
+    # ``instantiate`` can hand out any one expert, not only the domain's (Plan-Early's Table 5).
+    has_experts: ClassVar[bool] = False
+    # Some parameters get no gradient on a step (DDP must be told).
+    find_unused_parameters: ClassVar[bool] = False
+    # Compared by a sweep that lists no methods (``sweep.methods: []``).
+    swept_by_default: ClassVar[bool] = True
+
+    # ---- data
+
+    def pretrain_set(self, domain: str) -> str:
+        """The packed set it pretrains on, under the run's ``packed/`` folder."""
+        return "generic"
+
+    # ---- model
+
+    def architecture(self, gpt: GPTConfig, model: ModelConfig, n_clusters: int) -> dict[str, Any]:
+        """The record ``build`` reads and checkpoints carry (a plain dict: it goes into safetensors headers)."""
+        return {"method": self.name, "gpt": dataclasses.asdict(gpt)}
+
+    def check(self, model: ModelConfig, n_clusters: int, prefix: str) -> None:
+        """Fail with the key named when the model section cannot fit the clustering."""
+
+    def build(self, arch: dict[str, Any]) -> nn.Module:
+        return GPT(GPTConfig(**arch["gpt"]))
+
+    def compile_units(self, model: nn.Module) -> list[nn.Module]:
+        """The modules ``torch.compile`` wraps for a training step, each traced whole without graph breaks."""
+        return [model]
+
+    def step_overhead_flops(self, model: nn.Module, arch: dict[str, Any]) -> float:
+        """Per-step FLOPs beyond running the dense model on the batch."""
+        return 0.0
+
+    # ---- training
+
+    def sampler(self, arch: dict[str, Any], coarse: np.ndarray, rows: np.ndarray, seed: int, model: ModelConfig):
+        """What picks each step's rows (``slm.data.samplers``); ``rows``: the rows it may use."""
+        return UniformSampler(rows, seed)
+
+    def forward(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None,
+                coarse: torch.Tensor, context: Any) -> LMOutput:
+        """One training forward; ``context`` is the sampler's for the step (``sampler.context(step)``)."""
+        return model(inputs, targets)
+
+    # ---- serving
+
+    def instantiate(self, model: nn.Module, arch: dict[str, Any], coarse_histogram: list[float],
+                    expert: int | None = None) -> tuple[GPT, dict[str, Any]]:
+        """The dense GPT it serves for a domain whose histogram over the coarse clusters is given, and
+        what was chosen (an expert, the soup's h)."""
+        if expert is not None:
+            raise ConfigError(f"an expert is chosen only for methods with experts, not {self.name}")
+        return model, {}

@@ -1,0 +1,28 @@
+"""Method name → :class:`~slm.methods.base.Method`: the one list of methods the platform has."""
+
+from __future__ import annotations
+
+from slm.config import ConfigError
+from slm.methods.base import Method
+
+_METHODS: dict[str, Method] = {}
+
+
+def register(cls: type[Method]) -> type[Method]:
+    """Class decorator: make a method known by its ``name``."""
+    if cls.name in _METHODS:
+        raise ValueError(f"method {cls.name!r} is registered twice")
+    _METHODS[cls.name] = cls()
+    return cls
+
+
+def get(name: str, key: str = "pretrain.method") -> Method:
+    """The method called ``name``; an unknown one fails with the config key that named it."""
+    try:
+        return _METHODS[name]
+    except KeyError:
+        raise ConfigError(f"config key '{key}': unknown method {name!r}; methods: {names()}") from None
+
+
+def names() -> list[str]:
+    return list(_METHODS)

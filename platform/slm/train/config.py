@@ -1,0 +1,192 @@
+"""The training sections: ``pretrain`` and ``specialize``, and what they share (``train``, ``optim``,
+``budget``, ``teacher``, ``selection``, ``lora``).
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from dataclasses import dataclass, field
+from typing import Literal
+
+from slm.config import ConfigError
+from slm.models.config import ModelConfig
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with linear warm-up then cosine decay to ``min_lr_ratio``·lr over the budget's horizon."""
+
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 20
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # 0: off
+
+
+@dataclass
+class BudgetConfig:
+    """When a run stops: the first of these limits reached (0 = no limit of that kind; at least one).
+
+    A budget given in a YAML or override replaces the default budget whole: `budget.tokens=1e6` means
+    a token budget, not a token budget on top of the default step count."""
+
+    replaced_whole: typing.ClassVar[bool] = True
+
+    steps: int = 0
+    tokens: int = 0
+    flops: float = 0.0
+    device_seconds: float = 0.0
+
+    def validate(self, prefix: str = "") -> None:
+        values = {"steps": self.steps, "tokens": self.tokens, "flops": self.flops,
+                  "device_seconds": self.device_seconds}
+        negative = [k for k, v in values.items() if v < 0]
+        if negative:
+            raise ConfigError(f"config key '{prefix}{negative[0]}': a budget cannot be negative")
+        if not any(values.values()):
+            raise ConfigError(f"config key '{prefix.rstrip('.') or 'budget'}': set at least one of "
+                              f"steps, tokens, flops, device_seconds (all are 0)")
+
+
+@dataclass
+class TeacherConfig:
+    """Knowledge distillation from a dense teacher checkpoint: distill (whole run) or SALT (first steps).
+
+    loss = (1 − ω)·CE + ω·KD(p_teacher^(ρ) ‖ p_student) while KD is on, then plain CE."""
+
+    checkpoint: str = ""  # a dense model.safetensors; "" = no teacher
+    omega: float = 0.667  # ω
+    temperature: float = 0.25  # ρ, applied to the teacher's logits
+    kd_steps: int = 0  # n_KD: steps with KD (0 = every step: plain distillation)
+    transition: Literal["step", "linear"] = "step"  # linear: ω decays to 0 over the n_KD steps
+
+    def validate(self, prefix: str = "") -> None:
+        if not 0 <= self.omega <= 1:
+            raise ConfigError(f"config key '{prefix}omega': must be in [0, 1], got {self.omega}")
+        if self.temperature <= 0:
+            raise ConfigError(f"config key '{prefix}temperature': must be positive, got {self.temperature}")
+        if self.kd_steps < 0:
+            raise ConfigError(f"config key '{prefix}kd_steps': must be ≥ 0, got {self.kd_steps}")
+
+
+@dataclass
+class SelectionConfig:
+    """SALT-DS: the KD phase trains on the "hard but learnable" sequences the teacher picks."""
+
+    enabled: bool = False
+    topk: int = 10  # a token is learnable if its target is in the teacher's top-k
+    keep: float = 0.5  # top-m as a share of the training sequences, by median learnable-token loss
+
+    def validate(self, prefix: str = "") -> None:
+        if not 0 < self.keep <= 1:
+            raise ConfigError(f"config key '{prefix}keep': must be in (0, 1], got {self.keep}")
+        if self.topk < 1:
+            raise ConfigError(f"config key '{prefix}topk': must be at least 1, got {self.topk}")
+
+
+@dataclass
+class TrainConfig:
+    """How a run trains: workers, strategy, batch, optimizer, budget, and the callbacks' intervals."""
+
+    strategy: Literal["ddp", "deepspeed"] = "ddp"
+    zero_stage: int = 2  # deepspeed only: ZeRO stage 1, 2 or 3
+    num_workers: int = 2  # 0: the loop in this process, without Ray Train (Tune trials on one core, tests)
+    use_gpu: bool = False
+    cpus_per_worker: float = 1.0
+    torch_threads: int = 1  # intra-op threads per CPU worker
+    batch_size: int = 8  # sequences per worker per step
+    seed: int = 0
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    budget: BudgetConfig = field(default_factory=lambda: BudgetConfig(steps=100))
+    log_every: int = 10  # steps between metrics.jsonl / TensorBoard / progress lines (rank 0, local)
+    # steps between ray.train.report of the metrics (Tune and the dashboard see these; 0: with checkpoints
+    # only). Ray's controller accepts reports at a limited rate: keep this interval some seconds long.
+    report_every: int = 50
+    checkpoint_every: int = 50  # steps between checkpoints (0: only the final one)
+    keep_checkpoints: int = 2
+    eval_every: int = 0  # steps between evaluations on the valid split (0: only at the end)
+    eval_tokens: int = 32768  # per domain, at most
+    max_failures: int = 1  # worker failures the run recovers from (FailureConfig)
+    # auto: bf16 autocast where the device computes bf16 natively (CUDA with bf16; CPUs with AMX or
+    # AVX512-BF16), else fp32. Weights, optimizer state, loss, softmax and KD stay fp32 either way.
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    # torch.compile of the training forward/backward. auto: where it pays for its warm-up
+    # (slm.train.hardware.resolve_compile; the worker logs what it chose and why).
+    compile: Literal["auto", "always", "never"] = "auto"
+    # Inductor's FX-graph / AOTAutograd caches (TORCHINDUCTOR_CACHE_DIR): one compile per machine, not per
+    # worker or trial; on a cluster a node-local path.
+    compile_cache_dir: str = "~/.cache/slm/inductor"
+    # Per device, what MFU divides by. auto: the precision's peak on this device (a table for known GPUs,
+    # else a matmul probe measured once per machine and cached). A number overrides it.
+    peak_flops: float | Literal["auto"] = "auto"
+
+    def validate(self, prefix: str = "") -> None:
+        if self.peak_flops != "auto" and not (self.peak_flops > 0 and math.isfinite(self.peak_flops)):
+            raise ConfigError(f"config key '{prefix}peak_flops': must be 'auto' or a positive number, "
+                              f"got {self.peak_flops}")
+        if self.zero_stage not in (1, 2, 3):
+            raise ConfigError(f"config key '{prefix}zero_stage': must be 1, 2 or 3, got {self.zero_stage}")
+        if self.num_workers < 0:
+            raise ConfigError(f"config key '{prefix}num_workers': must be ≥ 0, got {self.num_workers}")
+        for name in ("batch_size", "log_every", "torch_threads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"config key '{prefix}{name}': must be at least 1, got {getattr(self, name)}")
+        if self.strategy == "deepspeed" and self.num_workers == 0:
+            raise ConfigError(f"config key '{prefix}strategy': deepspeed needs num_workers ≥ 1")
+
+
+@dataclass
+class PretrainConfig:
+    """Pretraining one method at one size: what `slm run` stage `pretrain` trains."""
+
+    method: str = "generic"  # a registered method (slm.methods.check_job checks it before a job runs)
+    name: str = ""  # default: <method>-<size>; outputs in <run dir>/checkpoints/<name>/
+    data: str = ""  # packed folder; default: packed/generic, or packed/resampled/<domain>/<crisp|dsir>
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)  # SALT: a small teacher for a larger student
+    selection: SelectionConfig = field(default_factory=SelectionConfig)  # SALT-DS
+    # Steps at which the model is also saved for good (snapshots/step-N.safetensors, with its cost so far):
+    # one run then serves several pretraining budgets.
+    snapshot_steps: list[int] = field(default_factory=list)
+    output: str = "checkpoints"
+
+    @property
+    def run_name(self) -> str:
+        return self.name or f"{self.method}-{self.model.size_name}"
+
+
+@dataclass
+class LoraConfig:
+    """Specialize with LoRA adapters (peft) instead of full fine-tuning: rank 0 = off."""
+
+    rank: int = 0
+    alpha: float = 16.0
+    dropout: float = 0.0
+    targets: list[str] = field(default_factory=lambda: ["qkv", "proj", "fc"])
+
+
+@dataclass
+class SpecializeConfig:
+    """Instantiate a pretrained model for a domain and fine-tune it on an in-domain subset."""
+
+    source: str = ""  # a pretrain name under checkpoints/ or a model.safetensors path; default pretrain's
+    name: str = ""  # default: the source's name; outputs in <run dir>/specialized/<domain>/<name>/
+    domain: str = ""  # default: resample.domain
+    domain_tokens: int = 50_000  # the in-domain data budget: tokens of the domain's train split used
+    # mixture / projected: the expert to fine-tune; -1 = the domain's most frequent coarse cluster's.
+    expert: int = -1
+    train: TrainConfig = field(default_factory=lambda: TrainConfig(
+        budget=BudgetConfig(steps=50), optim=OptimConfig(lr=1e-3, warmup_steps=5)))
+    teacher: TeacherConfig = field(default_factory=lambda: TeacherConfig(omega=0.5, temperature=1.0))  # distill
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    output: str = "specialized"
+
+    def validate(self, prefix: str = "") -> None:
+        if self.domain_tokens <= 0:
+            raise ConfigError(f"config key '{prefix}domain_tokens': must be positive, got {self.domain_tokens}")
+        if self.expert < -1:
+            raise ConfigError(f"config key '{prefix}expert': an expert index ≥ 0, or -1, got {self.expert}")

@@ -1,0 +1,71 @@
+"""The ``sweep`` section: a budget sweep on Ray Tune (docs/budgets.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from slm.config import ConfigError
+
+
+@dataclass
+class SweepConfig:
+    """A budget sweep (Ray Tune): method × size × pretraining budget × domain × in-domain data size ×
+    specialization budget. Pretraining is paid once per (method, size) — once per domain for SLM-is,
+    whose pretraining set depends on it — and its snapshots serve as the pretraining budgets; every
+    other combination is a Tune trial that specializes one snapshot. The rest of each run's settings
+    come from the job's ``pretrain`` and ``specialize`` sections."""
+
+    name: str = "sweep"
+    # Registered methods (slm.methods); []: every method swept by default (all but DSIR).
+    methods: list[str] = field(default_factory=list)
+    sizes: list[str] = field(default_factory=lambda: ["d2"])  # d<depth> or a preset name
+    pretrain_steps: list[int] = field(default_factory=lambda: [50, 100])  # pretraining budgets
+    domains: list[str] = field(default_factory=list)  # default: resample.domains, else [resample.domain]
+    domain_tokens: list[int] = field(default_factory=lambda: [20000])  # in-domain data sizes
+    specialize_steps: list[int] = field(default_factory=lambda: [30])  # specialization budgets
+    # The seed axis: every pretraining run and trial is repeated once per seed, which sets the training
+    # init and data order (pretrain.train.seed, specialize.train.seed), the soup's domain draws, SALT's
+    # KD sampler, and which sequences of the domain make up the in-domain data budget. Empty: one run per
+    # setting with the train sections' own seeds, and `slm advise` can say nothing of the spread.
+    seeds: list[int] = field(default_factory=list)
+    # The experiments claims C4-C6 need, beside the grid (docs/budgets.md, "The claims"). C4 and C5: a
+    # larger model (a size name), pretrained generic per seed to the largest budget. `distill`: at the
+    # largest pretraining budget it is specialized at every cell (the teacher) and the smallest size's
+    # generic model is distilled from it there, in a second wave of trials, its row carrying the teacher's
+    # costs. `salt_kd_share` > 0: it is also pretrained with the smallest generic model as its teacher for
+    # that share of its steps (SALT); both large runs are evaluated every `curve_every` steps (0: 20
+    # evaluations) into the sweep's curves table. C6 (`all_experts`): at the largest pretraining budget,
+    # smallest in-domain data size and specialization budget, every SLM-mix expert is fine-tuned.
+    large_size: str = ""
+    distill: bool = False
+    salt_kd_share: float = 0.0
+    curve_every: int = 0
+    all_experts: bool = False
+    inference_budget: float = 0.0  # the largest inference FLOPs per token a size may cost (0: no limit)
+    scheduler: Literal["fifo", "asha"] = "fifo"  # asha: stop weak specializations early (metric: loss)
+    max_concurrent_trials: int = 0  # 0: the cluster's CPUs (GPUs) ÷ what one trial's workers take
+    storage_path: str = ""  # Tune's state; default <run dir>/sweeps/<name>/tune (s3:// or NFS on a cluster)
+    assumed_mfu: float = 0.1  # for --dry-run's device-second estimate only
+    output: str = "sweeps"  # <run dir>/sweeps/<name>/: results.parquet, results.csv, report/
+
+    def validate(self, prefix: str = "") -> None:
+        for key in ("sizes", "pretrain_steps", "domain_tokens", "specialize_steps"):
+            if not getattr(self, key):
+                raise ConfigError(f"config key '{prefix}{key}': the sweep needs at least one value")
+        for key in ("pretrain_steps", "domain_tokens", "specialize_steps"):
+            bad = [v for v in getattr(self, key) if v <= 0]
+            if bad:
+                raise ConfigError(f"config key '{prefix}{key}': budgets must be positive, got {bad}")
+        if self.inference_budget < 0:
+            raise ConfigError(f"config key '{prefix}inference_budget': must be ≥ 0")
+        if len(set(self.seeds)) != len(self.seeds) or any(s < 0 for s in self.seeds):
+            raise ConfigError(f"config key '{prefix}seeds': distinct seeds ≥ 0, got {self.seeds}")
+        if not 0 <= self.salt_kd_share < 1:
+            raise ConfigError(f"config key '{prefix}salt_kd_share': must be in [0, 1), got {self.salt_kd_share}")
+        if (self.distill or self.salt_kd_share) and not self.large_size:
+            raise ConfigError(f"config key '{prefix}large_size': distillation and SALT need a larger model "
+                              f"(a size name, e.g. d2)")
+        if self.curve_every < 0:
+            raise ConfigError(f"config key '{prefix}curve_every': must be ≥ 0, got {self.curve_every}")
