@@ -36,7 +36,6 @@ Stage = Callable[[JobConfig, Path], dict]
 
 def stage_corpus(cfg: JobConfig, run_dir: Path) -> dict:
     """Fetch and build the bundled corpus into ``corpus.dir`` (skipped when complete and current)."""
-
     manifest = build(cfg.corpus)
     return {"corpus_dir": cfg.corpus.dir, "generic_documents": manifest.get("generic", {}).get("documents"),
             "domains": sorted(manifest.get("domains", {}))}
@@ -44,7 +43,6 @@ def stage_corpus(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_stats(cfg: JobConfig, run_dir: Path) -> dict:
     """Per-source document and token counts of ``corpus.dir``, computed on Ray Data."""
-
     init_ray(cfg.ray)
     started = time.perf_counter()
     rows = corpus_stats(cfg.corpus.dir, cfg.stats.tokenizer, cfg.stats.batch_size)
@@ -65,7 +63,6 @@ def embed_dir(cfg: JobConfig) -> Path:
 
 def stage_embed(cfg: JobConfig, run_dir: Path) -> dict:
     """Window and embed the corpus (generic + domain train splits) on a Ray Data actor pool."""
-
     init_ray(cfg.ray)
     m = embed_corpus(cfg.corpus.dir, cfg.embed, embed_dir(cfg))
     return {"output": str(embed_dir(cfg)), "documents": m["documents"], "windows": m["windows"]}
@@ -73,7 +70,6 @@ def stage_embed(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_cluster(cfg: JobConfig, run_dir: Path) -> dict:
     """k-means of the generic windows; every window assigned to its coarse cluster and leaf."""
-
     init_ray(cfg.ray)
     out = RunLayout.of(cfg).clusters
     m = cluster(require(embed_dir(cfg), "embed"), cfg.cluster, out)
@@ -82,7 +78,6 @@ def stage_cluster(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_histogram(cfg: JobConfig, run_dir: Path) -> dict:
     """Each domain's smoothed cluster histogram, its entropy and its KL to generic."""
-
     layout = RunLayout.of(cfg)
     result = write_histograms(require(layout.clusters_json, "cluster").parent, cfg.histogram.alpha,
                               layout.histograms, cfg.histogram.domains or None)
@@ -110,7 +105,6 @@ def stage_resample(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_tokenizer(cfg: JobConfig, run_dir: Path) -> dict:
     """Train the byte-level BPE on the generic corpus."""
-
     layout = RunLayout.of(cfg)
     m = train_bpe(cfg.corpus.dir, layout.tokenizer, cfg.tokenizer.vocab_size, cfg.tokenizer.max_chars or None)
     return {"tokenizer": str(layout.tokenizer_json), "vocab_size": m["vocab_size"]}
@@ -118,7 +112,6 @@ def stage_tokenizer(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
     """Tokenize and pack the requested sets into sequences that keep their cluster ids."""
-
     init_ray(cfg.ray)
     layout = RunLayout.of(cfg)
     tokenizer = require(layout.tokenizer_json, "tokenizer")
@@ -167,7 +160,6 @@ def stage_sweep(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_report(cfg: JobConfig, run_dir: Path) -> dict:
     """The sweep's frontier plots and Markdown summary, under its folder's report/."""
-
     result = report(sweep_dir(cfg))
     print(f"[report] {result['rows']} rows; plots {result['plots']} in {result['report']}", flush=True)
     return result
@@ -199,7 +191,6 @@ def check_stages(cfg: JobConfig) -> None:
 
 def run_job(cfg: JobConfig) -> dict[str, dict]:
     """Run every stage of ``cfg`` in order; return each stage's summary."""
-
     check_stages(cfg)
     methods.check_job(cfg)
     run_dir = cfg.run.dir

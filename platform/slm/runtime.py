@@ -78,7 +78,6 @@ def cpu_flags() -> frozenset[str]:
 
 def cpu_model() -> str:
     """This machine's CPU model name (``platform.processor()`` where /proc/cpuinfo is not)."""
-
     return _cpuinfo_field("model name") or platform.processor()
 
 

@@ -103,7 +103,6 @@ def import_corpus(
     replace: bool = False,
 ) -> dict:
     """Import ``path`` into ``corpus_dir`` as the generic corpus (``domain=None``) or a domain."""
-
     corpus_dir = Path(corpus_dir).expanduser()
     role = domain or GENERIC
     if role != GENERIC and not role.replace("-", "").replace("_", "").isalnum():

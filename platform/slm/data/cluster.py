@@ -55,7 +55,6 @@ def _embeddings(table: pa.Table, what: str) -> np.ndarray:
 
 def fit(embed_dir: str | Path, cfg: ClusterConfig) -> dict:
     """Fit the coarse (and fine) k-means on a deterministic sample of generic windows."""
-
     if not embedding_files(embed_dir):
         raise FileNotFoundError(f"no embeddings under {embed_dir}: run the embed stage first")
     # The generic shards are the embed output's generic/ folder: read only those, and count their
@@ -128,7 +127,6 @@ def _nearest(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
 @reproducible_execution()
 def cluster(embed_dir: str | Path, cfg: ClusterConfig, out: str | Path) -> dict:
     """Fit, assign every window and describe the clusters; skipped when complete and current."""
-
     out = Path(out)
     key = config_hash({"cfg": asdict(cfg), "embed": str(Path(embed_dir).resolve())})
     if is_complete(out, key):

@@ -129,7 +129,6 @@ def select(generic, target, tokens: int, seed: int = 0, num_buckets: int = 10000
     in p_R; only windows of at least ``min_words`` word-punct tokens are candidates: the package's
     ``min_example_length`` (default 100). With 0, short windows — one-line fortunes, a document's last
     few words — are picked for a few strongly weighted n-grams."""
-
     p_target = fit_distribution(featurize(target, num_buckets), num_buckets)
     # The generic windows are hashed once: fitted on, then scored (twice, cheaply: keys, then selection).
     features = featurize(generic, num_buckets).materialize()

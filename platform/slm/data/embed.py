@@ -114,7 +114,6 @@ def _windows_batch(documents: pa.Table, tokenizer_json: str, max_tokens: int) ->
 def corpus_windows(files: list[str], cfg: EmbedConfig):
     """The windows of these corpus shards as the embed stage cuts them, without embedding them: a Ray
     Dataset of ``WINDOW_COLUMNS`` (for a stage that reads text only, such as DSIR)."""
-
     tokenizer_json = str(Path(cfg.model_path or tokenizers.embedder_dir()) / "tokenizer.json")
     return (ray.data.read_parquet(files).select_columns(["id", "text", "source", "domain"])
             .map_batches(_windows_batch, fn_kwargs={"tokenizer_json": tokenizer_json,
@@ -205,7 +204,6 @@ def written_doc_ids(folder: Path) -> set[str]:
 @reproducible_execution()  # the same documents in each actor batch on every run: the same padding
 def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | None = None) -> dict:
     """Embed the corpus's generic shards and domain train shards; return the stage manifest."""
-
     corpus_dir = Path(corpus_dir).expanduser()
     out = Path(output or default_output(corpus_dir, cfg)).expanduser()
     cfg = replace(cfg, dtype=resolve_dtype(cfg.dtype, cfg.device))
@@ -321,7 +319,6 @@ def steady_state(summaries: list[dict], started: float) -> dict:
 
 def actor_count(cfg: EmbedConfig) -> int:
     """``embed.actors``, or one per CPU (GPU) of the cluster: data parallelism over whole models."""
-
     if cfg.actors:
         return cfg.actors
     resources = ray.cluster_resources()
@@ -331,7 +328,6 @@ def actor_count(cfg: EmbedConfig) -> int:
 def shards_to_embed(corpus_dir: Path, cfg: EmbedConfig) -> dict[str, float]:
     """The shards of ``embed.splits`` (of ``embed.domains``' splits), each with the share of its documents
     to embed: ``embed.fraction`` of a generic shard, all of a domain's."""
-
     files = corpus_files(corpus_dir)
     have = domains(corpus_dir)
     unknown = sorted(set(cfg.domains) - set(have))
@@ -349,7 +345,6 @@ def shards_to_embed(corpus_dir: Path, cfg: EmbedConfig) -> dict[str, float]:
 
 def selected_ids(path: str, fraction: float) -> set[str]:
     """The documents of a shard that an embed run with ``fraction`` covers (chosen by content hash)."""
-
     ids = pq.read_table(path, columns=["id"]).column("id").to_pylist()
     # Salted, so that the sample is independent of the valid split (also chosen by hash).
     return set(ids) if fraction >= 1 else {i for i in ids if hash_uniform(f"embed:{i}") < fraction}

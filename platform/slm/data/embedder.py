@@ -80,7 +80,6 @@ class SentenceEmbedder:
              cache_dir: str | Path, compiled: bool = False, threads: int = 1) -> SentenceEmbedder:
         """The exported forward of the model at ``model_path`` (AOTInductor-compiled for ``threads``
         CPU threads, or eager) from ``cache_dir``, exported there first if this machine has not yet."""
-
         suffix = ".aoti.pt2" if compiled else ".pt"
         path = Path(cache_dir).expanduser() / f"{export_key(model_path, dtype, device, compiled, threads)}{suffix}"
         settings = {"dtype": dtype, "device": device, "path": path, "compiled": compiled, "threads": threads}
@@ -100,7 +99,6 @@ class SentenceEmbedder:
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         """Sentence embeddings (float32) of ``texts``, in their order, ``batch_size`` texts a forward."""
-
         if not texts:
             return np.zeros((0, self.dimension()), dtype=np.float32)
         # Longest first, as encode() orders them: batches of similar lengths pad little.
@@ -125,7 +123,6 @@ class SentenceEmbedder:
 
 def _load_program(path: Path, compiled: bool):
     """(forward, its input names) from a cache file ``export_sentence_transformer`` wrote."""
-
     if compiled:
         # torch's C++ package loader, the one torch._inductor.aoti_load_package wraps: the wrapper's
         # module imports Inductor and TorchDynamo (~2.8 s of an actor's start). Positional tensors in, a
@@ -141,7 +138,6 @@ def export_once(model_path: str | Path, *, dtype: str, device: str, path: Path, 
                 threads: int) -> None:
     """Export (and compile) the embedder to ``path`` unless there already: one process per machine does
     it while the others starting with it wait on a lock, instead of each compiling the same program."""
-
     if path.exists():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -156,7 +152,6 @@ def export_sentence_transformer(model_path: str | Path, *, dtype: str, device: s
     """Export ``SentenceTransformer(model_path).forward`` (token tensors → ``sentence_embedding``) with
     dynamic batch and sequence sizes to ``path``: compiled by AOTInductor (its CPU kernels for ``threads``
     threads), or its eager graph module."""
-
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local model: never ask the hub
     # sentence-transformers (and transformers) only here: the export runs once per machine, the actors
     # that load its result need torch alone.

@@ -24,7 +24,6 @@ def reproducible_execution():
     The shuffle: Ray 2.60's default (SHUFFLE_V2) failed on the full corpus's resampled sets, a reducer
     joining a block with no columns to real ones ("Schema at index 1 was different"); the sort-based
     one does not, and its reducers merge their inputs in a fixed order."""
-
     context = DataContext.get_current()
     saved = context.shuffle_strategy, context.execution_options.preserve_order
     context.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED

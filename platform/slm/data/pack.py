@@ -76,7 +76,6 @@ def pack(windows_path: str | Path | list[str], tokenizer_json: str | Path, seq_l
          domain: str | None = None) -> dict:
     """Pack the windows under ``windows_path`` (assignments or a resampled set; or raw corpus files,
     whose sequences get cluster ids −1) into ``out``; ``domain`` keeps only that domain's windows."""
-
     started = time.perf_counter()
     ds = ray.data.read_parquet(windows_path if isinstance(windows_path, list) else str(windows_path))
     if "coarse" not in ds.schema().names:

@@ -58,7 +58,6 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
     """One method's generic subset for ``domain``. DSIR reads text, not embeddings: it selects from every
     generic window of the corpus at ``corpus_dir``, cut as ``embed`` cuts them, keeping only windows of
     at least ``dsir_min_words`` word-punct tokens as candidates (the package's ``min_example_length``)."""
-
     if method not in METHODS:
         raise ValueError(f"resample method must be one of {METHODS}, got {method!r}")
     if tokens <= 0:

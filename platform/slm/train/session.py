@@ -45,7 +45,6 @@ class RayTrainSession:
     def report(self, metrics: dict, checkpoint: Path | None = None, step: int = 0) -> None:
         """Metrics alone go through a background thread (a synchronous report waits for the controller's
         2 s poll); a checkpoint is reported synchronously and persisted when this returns."""
-
         if checkpoint is None:
             ray.train.report(metrics, checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC)
         else:

@@ -24,7 +24,6 @@ from slm.train.config import OptimConfig
 
 def lr_lambda(optim: OptimConfig, horizon: int | None):
     """Linear warm-up, then cosine from 1 to ``min_lr_ratio`` over ``horizon`` steps (constant if None)."""
-
     def factor(step: int) -> float:
         if optim.warmup_steps and step < optim.warmup_steps:
             return (step + 1) / optim.warmup_steps

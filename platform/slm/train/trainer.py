@@ -95,7 +95,6 @@ def gpt_config(model_cfg, vocab: int, seq_len: int):
 
 def fit(spec: WorkerSpec, train: TrainConfig, storage: Path, ray_name: str) -> dict:
     """Run ``train_worker(spec)`` on a TorchTrainer; return rank 0's summary."""
-
     resources = None if train.use_gpu else {"CPU": train.cpus_per_worker}
     trainer = TorchTrainer(
         train_worker,
@@ -165,7 +164,6 @@ def _teacher(teacher: TeacherConfig) -> TeacherConfig:
 def check_precision(train: TrainConfig, section: str, cfg: JobConfig) -> None:
     """The precision, checked on the driver when the workers will run on this machine (CPU workers on
     an embedded Ray), so that a bf16 run on a CPU without it fails before Ray starts."""
-
     if not train.use_gpu and not (cfg.ray.address or os.environ.get("RAY_ADDRESS")):
         worker_precision(train, "cpu", f"{section}.train.precision")
 
@@ -177,7 +175,6 @@ def pretrain_data(cfg: JobConfig, run_dir: Path) -> Path:
     """The arrays a pretraining run reads: ``pretrain.data``, or the packed set its method pretrains on
     (for ``resample.domain``, when the method chooses its set per domain), made from the packed Parquet
     files on first use."""
-
     if cfg.pretrain.data:
         return materialize(cfg.pretrain.data)
     return packed(run_dir, cfg, methods.get(cfg.pretrain.method).pretrain_set(cfg.resample.domain))

@@ -89,7 +89,6 @@ def write_table(rows: list[dict], out: Path) -> Path:
 def read_table(sweep: str | Path) -> list[dict]:
     """A sweep's rows. A table written before the seed axis has no ``setting`` / ``seed`` columns: each of
     its trials is its own setting, at an unrecorded seed."""
-
     path = Path(sweep)
     path = path / "results.parquet" if path.is_dir() else path
     if not path.exists():
@@ -112,7 +111,6 @@ def write_curves(runs: list[dict], layout: RunLayout, out: Path) -> Path:
     """Every evaluation the pretraining runs logged (``metrics.jsonl`` rows with ``eval.macro.*``: the
     macro average over the valid domains of the model each domain is served by), a row each, in
     ``curves.parquet``: how each run's valid loss fell with its steps (C5, the saturation check)."""
-
     rows = []
     for run in runs:
         log = layout.pretrained(run["name"]).metrics
@@ -136,7 +134,6 @@ def write_curves(runs: list[dict], layout: RunLayout, out: Path) -> Path:
 
 def read_curves(sweep: str | Path) -> list[dict]:
     """A sweep's curves table (empty for a sweep that wrote none)."""
-
     path = Path(sweep) / "curves.parquet"
     return pq.read_table(path).to_pylist() if path.exists() else []
 

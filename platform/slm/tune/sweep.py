@@ -86,7 +86,6 @@ def _sizes(cfg: JobConfig, names: list[str]) -> dict[str, dict]:
 def plan(cfg: JobConfig, check_data: bool = True) -> dict:
     """Every pretraining run and trial of ``cfg.sweep``, validated, with estimated costs.
     ``check_data=False`` (a dry run on another machine than the cluster's) skips the packed-data checks."""
-
     methods.check_job(cfg)
     sw = cfg.sweep
     compared = methods.sweep_methods(cfg)
@@ -212,7 +211,6 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
 
 def _vocab_and_seq_len(cfg: JobConfig) -> tuple[int, int]:
     """From the run's tokenizer and packed data, or the config when they are not made yet (a dry run)."""
-
     made = RunLayout.of(cfg).tokenizer_json.exists()
     return (vocab_size(cfg.run.dir, cfg) if made else cfg.tokenizer.vocab_size), cfg.pack.seq_len
 
@@ -263,7 +261,6 @@ def pretrain_all(cfg: JobConfig, runs: list[dict]) -> None:
     """Every pretraining run of the plan. Ray Train runs go one at a time from this driver; runs in their
     own process are Ray tasks, as many at once as the cluster's resources allow, a SALT run after its
     teacher (Ray passes the teacher's result as the task's argument, so it waits for it)."""
-
     train = cfg.pretrain.train
     if train.num_workers:
         for run in runs:
@@ -335,7 +332,6 @@ def concurrency(cfg: JobConfig) -> int:
 
 def run_wave(cfg: JobConfig, trials: list[dict], wave: int, snapshots: dict[str, str], out: Path) -> list:
     """One wave of trials on Tune (restored if an earlier invocation started it); its results."""
-
     storage = cfg.sweep.storage_path or str((out / "tune").resolve())
     trainable = ray.tune.with_resources(
         ray.tune.with_parameters(specialize_trial, job=cfg, snapshots=snapshots,
