@@ -91,7 +91,7 @@ def native_bf16(device_type: str) -> bool:
 
 
 def shutdown_ray() -> None:
-    import ray
+    import ray  # as in init_ray: the quick commands never import Ray
 
     if ray.is_initialized():
         ray.shutdown()

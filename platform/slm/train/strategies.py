@@ -148,7 +148,7 @@ class DeepSpeedStrategy:
     def full_state_dict(self) -> dict:
         """The unsharded weights on every rank (ZeRO-3 gathers its partitions)."""
         if self.engine.zero_optimization_partition_weights():
-            import deepspeed
+            import deepspeed  # as in __init__: deepspeed runs only
 
             with deepspeed.zero.GatheredParameters(list(self.raw.parameters()), modifier_rank=None):
                 return {k: v.detach().clone() for k, v in self.raw.state_dict().items()}

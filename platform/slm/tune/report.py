@@ -84,7 +84,7 @@ def _scatter(ax, rows: list[dict], cost, title: str, xlabel: str) -> None:
 def _log_x(ax, xs: list[float]) -> None:
     """A log x axis with a few short labels: matplotlib labels every minor tick of a span under a decade
     with long 2.2×10¹² labels that overlap."""
-    from matplotlib import ticker
+    from matplotlib import ticker  # matplotlib only when drawing (see _figure)
 
     ax.set_xscale("log")
     if not xs:
