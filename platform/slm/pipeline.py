@@ -3,6 +3,9 @@
 ``slm run jobs/X.yaml`` resolves the config, writes it to ``<run dir>/config.yaml`` and runs the
 stages in order. Every stage is idempotent: its outputs carry a manifest, and a stage whose outputs
 are complete and current is skipped, so a job that died is simply run again.
+
+Each stage imports its own module when it runs: a job pays only for its stages' dependencies (Ray
+Data, torch, Ray Train and Tune, scikit-learn, matplotlib: seconds to import together).
 """
 
 from __future__ import annotations
@@ -15,27 +18,17 @@ from pathlib import Path
 from slm import methods
 from slm.artifacts import atomic_write_json, atomic_write_text, write_manifest
 from slm.config import ConfigError, config_hash, dump_yaml
-from slm.corpus.build import build
-from slm.corpus.layout import domain_dir
-from slm.data.bpe import train_bpe
-from slm.data.cluster import cluster
-from slm.data.embed import default_output, embed_corpus
-from slm.data.histogram import write_histograms
-from slm.data.pack import pack
-from slm.data.resample import resample
-from slm.data.stats import corpus_stats, format_table
 from slm.job import JobConfig
 from slm.layout import MissingInputError, RunLayout, require
 from slm.runtime import PeakMemory, init_ray, shutdown_ray
-from slm.train.trainer import pretrain, specialize
-from slm.tune.report import report
-from slm.tune.sweep import run_sweep, sweep_dir
 
 Stage = Callable[[JobConfig, Path], dict]
 
 
 def stage_corpus(cfg: JobConfig, run_dir: Path) -> dict:
     """Fetch and build the bundled corpus into ``corpus.dir`` (skipped when complete and current)."""
+    from slm.corpus.build import build
+
     manifest = build(cfg.corpus)
     return {"corpus_dir": cfg.corpus.dir, "generic_documents": manifest.get("generic", {}).get("documents"),
             "domains": sorted(manifest.get("domains", {}))}
@@ -43,6 +36,8 @@ def stage_corpus(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_stats(cfg: JobConfig, run_dir: Path) -> dict:
     """Per-source document and token counts of ``corpus.dir``, computed on Ray Data."""
+    from slm.data.stats import corpus_stats, format_table
+
     init_ray(cfg.ray)
     started = time.perf_counter()
     rows = corpus_stats(cfg.corpus.dir, cfg.stats.tokenizer, cfg.stats.batch_size)
@@ -58,11 +53,15 @@ def stage_stats(cfg: JobConfig, run_dir: Path) -> dict:
 
 
 def embed_dir(cfg: JobConfig) -> Path:
+    from slm.data.embed import default_output
+
     return Path(cfg.embed.output or default_output(Path(cfg.corpus.dir).expanduser(), cfg.embed)).expanduser()
 
 
 def stage_embed(cfg: JobConfig, run_dir: Path) -> dict:
     """Window and embed the corpus (generic + domain train splits) on a Ray Data actor pool."""
+    from slm.data.embed import embed_corpus
+
     init_ray(cfg.ray)
     m = embed_corpus(cfg.corpus.dir, cfg.embed, embed_dir(cfg))
     return {"output": str(embed_dir(cfg)), "documents": m["documents"], "windows": m["windows"]}
@@ -70,6 +69,8 @@ def stage_embed(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_cluster(cfg: JobConfig, run_dir: Path) -> dict:
     """k-means of the generic windows; every window assigned to its coarse cluster and leaf."""
+    from slm.data.cluster import cluster
+
     init_ray(cfg.ray)
     out = RunLayout.of(cfg).clusters
     m = cluster(require(embed_dir(cfg), "embed"), cfg.cluster, out)
@@ -78,6 +79,8 @@ def stage_cluster(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_histogram(cfg: JobConfig, run_dir: Path) -> dict:
     """Each domain's smoothed cluster histogram, its entropy and its KL to generic."""
+    from slm.data.histogram import write_histograms
+
     layout = RunLayout.of(cfg)
     result = write_histograms(require(layout.clusters_json, "cluster").parent, cfg.histogram.alpha,
                               layout.histograms, cfg.histogram.domains or None)
@@ -87,6 +90,8 @@ def stage_histogram(cfg: JobConfig, run_dir: Path) -> dict:
 def stage_resample(cfg: JobConfig, run_dir: Path) -> dict:
     """Generic subsets aimed at each of ``resample.domains`` (``resample.domain``), one per method, with
     their KL to the domain."""
+    from slm.data.resample import resample
+
 
 
     init_ray(cfg.ray)
@@ -105,6 +110,8 @@ def stage_resample(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_tokenizer(cfg: JobConfig, run_dir: Path) -> dict:
     """Train the byte-level BPE on the generic corpus."""
+    from slm.data.bpe import train_bpe
+
     layout = RunLayout.of(cfg)
     m = train_bpe(cfg.corpus.dir, layout.tokenizer, cfg.tokenizer.vocab_size, cfg.tokenizer.max_chars or None)
     return {"tokenizer": str(layout.tokenizer_json), "vocab_size": m["vocab_size"]}
@@ -112,6 +119,9 @@ def stage_tokenizer(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
     """Tokenize and pack the requested sets into sequences that keep their cluster ids."""
+    from slm.corpus.layout import domain_dir
+    from slm.data.pack import pack
+
     init_ray(cfg.ray)
     layout = RunLayout.of(cfg)
     tokenizer = require(layout.tokenizer_json, "tokenizer")
@@ -145,21 +155,30 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_pretrain(cfg: JobConfig, run_dir: Path) -> dict:
     """Pretrain ``pretrain.method`` at ``pretrain.model``'s size within ``pretrain.train.budget`` on Ray Train."""
+    from slm.train.trainer import pretrain
+
     return pretrain(cfg, run_dir)  # the manifest: costs, evaluation, where the model is
 
 
 def stage_specialize(cfg: JobConfig, run_dir: Path) -> dict:
     """Instantiate a pretrained model for a domain, fine-tune it on ``specialize.domain_tokens``, evaluate."""
+    from slm.train.trainer import specialize
+
     return specialize(cfg, run_dir)
 
 
 def stage_sweep(cfg: JobConfig, run_dir: Path) -> dict:
     """The budget sweep of ``sweep`` on Ray Tune: pretraining once per (method, size), trials for the rest."""
+    from slm.tune.sweep import run_sweep
+
     return run_sweep(cfg)
 
 
 def stage_report(cfg: JobConfig, run_dir: Path) -> dict:
     """The sweep's frontier plots and Markdown summary, under its folder's report/."""
+    from slm.tune.report import report
+    from slm.tune.sweep import sweep_dir
+
     result = report(sweep_dir(cfg))
     print(f"[report] {result['rows']} rows; plots {result['plots']} in {result['report']}", flush=True)
     return result
