@@ -4,7 +4,10 @@ The GPT (RMSNorm, RoPE in the GPT-NeoX half-split layout, no biases, tied embedd
 transformers architecture: with the GELU MLP, Arcee's (``up_proj`` → activation → ``down_proj``, with
 ``hidden_act="gelu"``: exact GELU, as ``F.gelu``); with SwiGLU, Llama's (``down(silu(gate) · up)``: our
 ``fc`` is Llama's gate, our ``gate`` its up). ``to_hf`` builds that model with our weights;
-``save_pretrained`` writes a folder ``AutoModelForCausalLM`` loads offline.
+``save_pretrained`` writes a folder ``AutoModelForCausalLM`` and ``AutoTokenizer`` load offline: the
+byte-level BPE as a ``PreTrainedTokenizerFast`` whose ``<|endoftext|>`` is the beginning, end and padding
+token, as in training, where it separates the packed documents (so it is also the context a document
+starts from).
 """
 
 from __future__ import annotations
@@ -12,8 +15,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import ArceeConfig, ArceeForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedModel
+from transformers import (
+    ArceeConfig,
+    ArceeForCausalLM,
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
 
+from slm.data.bpe import EOT
 from slm.models.gpt import GPT, GPTConfig
 
 
@@ -63,8 +75,26 @@ def to_hf(model: GPT, bos_token_id: int | None = None, eos_token_id: int | None 
     return hf.float().eval()
 
 
-def save_pretrained(model: GPT, out: str | Path, bos_token_id: int | None = None,
-                    eos_token_id: int | None = None) -> PreTrainedModel:
-    hf = to_hf(model, bos_token_id, eos_token_id)
+def hf_tokenizer(tokenizer_file: str | Path, max_length: int) -> PreTrainedTokenizerFast:
+    """Our BPE file as a transformers tokenizer; no special token is added when encoding, as in packing."""
+    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_file), bos_token=EOT, eos_token=EOT,
+                                        pad_token=EOT, model_max_length=max_length, clean_up_tokenization_spaces=False)
+    if tokenizer.eos_token_id is None or tokenizer.convert_tokens_to_ids(EOT) != tokenizer.eos_token_id:
+        raise ValueError(f"{tokenizer_file} has no {EOT} token: not an slm tokenizer")
+    return tokenizer
+
+
+def save_pretrained(model: GPT, out: str | Path, tokenizer_file: str | Path | None = None) -> PreTrainedModel:
+    """Write ``out`` (config.json, model.safetensors, generation_config.json and, given the BPE file, the
+    tokenizer's files); the caller makes the folder atomic."""
+    tokenizer = hf_tokenizer(tokenizer_file, model.config.seq_len) if tokenizer_file else None
+    if tokenizer is not None and len(tokenizer) != model.config.vocab_size:
+        raise ValueError(f"{tokenizer_file} has {len(tokenizer)} tokens, the model {model.config.vocab_size}: "
+                         "not the tokenizer this model was trained with")
+    eot = tokenizer.eos_token_id if tokenizer is not None else None
+    hf = to_hf(model, bos_token_id=eot, eos_token_id=eot)
+    hf.generation_config = GenerationConfig(bos_token_id=eot, eos_token_id=eot, pad_token_id=eot)
     hf.save_pretrained(str(out))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(out))
     return hf
