@@ -24,6 +24,7 @@ import sys
 
 from slm.config import ConfigError, dump_yaml
 from slm.job import JobConfig, load_job
+from slm.runtime import configure_output
 
 
 def _load(path, overrides) -> JobConfig:
@@ -189,6 +190,8 @@ def cmd_eval(args) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="slm", description="Small specialized language models under budgets, on Ray.")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="libraries' progress too: Ray Data's per-operator progress, Ray Train's report lines")
     sub = p.add_subparsers(dest="command", required=True)
 
     def with_overrides(sp, job_positional: bool):
@@ -292,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unrecognized arguments: {' '.join(unknown)}")
     if extra:
         args.overrides = [*getattr(args, "overrides", []), *extra]
+    configure_output(verbose=args.verbose)  # before anything imports Ray
     try:
         return args.fn(args)
     except ConfigError as err:

@@ -199,8 +199,25 @@ def dump_yaml(obj: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
+# A field's metadata that keeps it out of ``config_hash``: where a run's logs go and who else is told
+# (TensorBoard folder, experiment trackers) do not change what the run computes, so changing them must
+# neither retrain a finished run nor start a resumed one afresh.
+NOT_HASHED = {"hashed": False}
+
+
+def _hashed(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _hashed(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if f.metadata.get("hashed", True)}
+    if isinstance(value, list | tuple):
+        return [_hashed(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _hashed(v) for k, v in value.items()}
+    return value
+
+
 def config_hash(obj: Any) -> str:
-    """A stable hash of a config (section): what a stage's manifest is keyed on."""
-    data = to_dict(obj) if dataclasses.is_dataclass(obj) else obj
-    blob = json.dumps(data, sort_keys=True, default=str).encode()
+    """A stable hash of a config (section): what a stage's manifest is keyed on (``NOT_HASHED`` fields
+    left out)."""
+    blob = json.dumps(_hashed(obj), sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

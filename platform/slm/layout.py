@@ -160,6 +160,13 @@ class RunLayout:
     def specialized(self, domain: str, name: str) -> TrainOutput:
         return TrainOutput(self.dir / self.cfg.specialize.output / domain / name)
 
+    def tensorboard(self, stage: str, name: str) -> Path:
+        """A training run's TensorBoard events, ``tensorboard/<stage>/<name>`` beside the folder of its
+        stage's runs (the run directory; a sweep's own folder for its runs): point TensorBoard at that
+        ``tensorboard`` folder and its runs read ``pretrain/generic-d1-seed0``, ``specialize/legal/…``."""
+        runs = {"pretrain": self.cfg.pretrain.output, "specialize": self.cfg.specialize.output}[stage]
+        return (self.dir / runs).parent / "tensorboard" / stage / name
+
     @property
     def sweep(self) -> Path:
         return self.dir / self.cfg.sweep.output / self.cfg.sweep.name

@@ -11,6 +11,7 @@ Data, torch, Ray Train and Tune, scikit-learn, matplotlib: seconds to import tog
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,7 @@ from slm.artifacts import atomic_write_json, atomic_write_text, write_manifest
 from slm.config import ConfigError, config_hash, dump_yaml
 from slm.job import JobConfig
 from slm.layout import MissingInputError, RunLayout, require
-from slm.runtime import PeakMemory, init_ray, shutdown_ray
+from slm.runtime import JOB_NAME_ENV, PeakMemory, init_ray, shutdown_ray
 
 Stage = Callable[[JobConfig, Path], dict]
 
@@ -208,6 +209,20 @@ def check_stages(cfg: JobConfig) -> None:
         raise ConfigError("config key 'stages': a job needs at least one stage")
 
 
+def stage_summary(result: dict) -> str:
+    """The few facts of a stage's result worth a log line: where its output is and its headline numbers
+    (a training stage's model and valid perplexity), not its whole manifest."""
+    shown = []
+    for key in ("output", "model", "tokenizer", "results", "stats", "documents", "windows", "rows", "tokens",
+                "vocab_size", "trials", "finished", "failed"):
+        if isinstance(result.get(key), str | int | float):
+            shown.append(f"{key} {result[key]}")
+    macro = (result.get("eval") or {}).get("macro") if isinstance(result.get("eval"), dict) else None
+    if macro:
+        shown.append(f"valid ppl {macro['perplexity']:.2f}")
+    return f": {'; '.join(shown)}" if shown else ""
+
+
 def run_job(cfg: JobConfig) -> dict[str, dict]:
     """Run every stage of ``cfg`` in order; return each stage's summary."""
     check_stages(cfg)
@@ -216,6 +231,7 @@ def run_job(cfg: JobConfig) -> dict[str, dict]:
     run_dir.mkdir(parents=True, exist_ok=True)
     layout = RunLayout.of(cfg)
     atomic_write_text(layout.config, dump_yaml(cfg))
+    os.environ.setdefault(JOB_NAME_ENV, f"slm {cfg.run.name}: {' '.join(cfg.stages)}")
     print(f"[run] {cfg.run.name}: stages {cfg.stages}; outputs in {run_dir}", flush=True)
     results, resources = {}, {}
     try:
@@ -226,7 +242,7 @@ def run_job(cfg: JobConfig) -> dict[str, dict]:
                 results[name] = STAGES[name](cfg, run_dir)
             resources[name] = {"seconds": round(time.perf_counter() - started, 1), "peak_memory_gib": memory.peak_gib}
             print(f"[run] stage {name} done in {resources[name]['seconds']}s, peak memory "
-                  f"{memory.peak_gib} GiB", flush=True)
+                  f"{memory.peak_gib} GiB{stage_summary(results[name])}", flush=True)
     finally:
         shutdown_ray()
         if resources:  # what each stage took; a rerun of some stages replaces just their entries

@@ -9,7 +9,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
-from slm.config import ConfigError
+from slm.config import NOT_HASHED, ConfigError
 from slm.models.config import ModelConfig
 
 
@@ -87,6 +87,20 @@ class SelectionConfig:
             raise ConfigError(f"config key '{prefix}topk': must be at least 1, got {self.topk}")
 
 
+LOGGERS = ("tensorboard", "mlflow", "wandb")
+
+
+@dataclass
+class TrackingConfig:
+    """Where the ``train.loggers`` beyond TensorBoard send a run: MLflow's tracking URI (default: a file
+    store, ``mlruns`` in the run directory) and experiment; W&B's project (the same name) and mode
+    (offline: files under the run's ``logs/``, which ``wandb sync`` uploads later)."""
+
+    experiment: str = "slm"
+    mlflow_uri: str = ""
+    wandb_mode: Literal["offline", "online"] = "offline"
+
+
 @dataclass
 class TrainConfig:
     """How a run trains: workers, strategy, batch, optimizer, budget, and the callbacks' intervals."""
@@ -122,8 +136,16 @@ class TrainConfig:
     # Per device, what MFU divides by. auto: the precision's peak on this device (a table for known GPUs,
     # else a matmul probe measured once per machine and cached). A number overrides it.
     peak_flops: float | Literal["auto"] = "auto"
+    # Where the metrics go besides metrics.jsonl (always written): any of tensorboard, mlflow, wandb, with
+    # standard tags (train/loss, eval/<domain>/ppl, …). Neither changes what a run computes: not hashed.
+    loggers: list[str] = field(default_factory=lambda: ["tensorboard"], metadata=NOT_HASHED)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig, metadata=NOT_HASHED)
 
     def validate(self, prefix: str = "") -> None:
+        unknown = [name for name in self.loggers if name not in LOGGERS]
+        if unknown:
+            raise ConfigError(f"config key '{prefix}loggers': unknown logger {unknown[0]!r}; "
+                              f"choose from {list(LOGGERS)}")
         if self.peak_flops != "auto" and not (self.peak_flops > 0 and math.isfinite(self.peak_flops)):
             raise ConfigError(f"config key '{prefix}peak_flops': must be 'auto' or a positive number, "
                               f"got {self.peak_flops}")

@@ -13,6 +13,8 @@ never read the job's YAML.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import resource
 import time
 from pathlib import Path
@@ -24,6 +26,7 @@ import torch.distributed as dist
 from slm.artifacts import atomic_write_json
 from slm.data.samplers import UniformSampler
 from slm.layout import TrainOutput
+from slm.runtime import verbose
 from slm.train import callbacks as cb
 from slm.train import hardware
 from slm.train.budget import Progress, exhausted
@@ -58,8 +61,12 @@ class TrainLoop:
         self.last_eval: dict | None = None
         self.callbacks: list[cb.Callback] = [
             cb.Throughput(), cb.Evaluator(), cb.Snapshotter(spec.snapshot_steps), cb.Checkpointer(),
-            cb.MetricsLogger(self.output), cb.ProgressPrinter(spec.name),
+            cb.MetricsLogger(self.output, spec.tensorboard, "tensorboard" in self.train.loggers),
+            cb.ProgressPrinter(spec.name),
         ]
+        trackers = [name for name in self.train.loggers if name != "tensorboard"]
+        if trackers:
+            self.callbacks.append(cb.Trackers(trackers, self.train.tracking, spec.name, run_params(spec)))
 
     # ------------------------------------------------------------------------------------ what callbacks use
 
@@ -202,12 +209,31 @@ class TrainLoop:
         return summary
 
 
+def run_params(spec: WorkerSpec) -> dict:
+    """What a tracker shows as the run's parameters: the method, the model's shape and the training
+    settings, flattened (``optim.lr``, ``budget.steps``)."""
+    params = {"method": spec.arch["method"], "config_key": spec.config_key,
+              **{f"model.{k}": v for k, v in spec.arch["gpt"].items()}}
+    for key, value in dataclasses.asdict(spec.train).items():
+        if isinstance(value, dict):
+            params.update({f"{key}.{k}": v for k, v in value.items()})
+        elif key != "loggers":
+            params[key] = value
+    return params
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def train_worker(config: dict) -> None:
     """The function ``TorchTrainer`` runs on every worker (its ``train_loop_config``: ``{"spec": …}``)."""
+    if not verbose():
+        # Ray Train logs every report at INFO, with the whole metrics dict, from every rank: the progress
+        # lines say it once per interval. Its logger is named by its file's path (ray 2.60).
+        from ray.train.v2._internal.execution import context
+
+        logging.getLogger(context.__file__).setLevel(logging.WARNING)
     TrainLoop(config["spec"], RayTrainSession()).fit()
 
 
