@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from slm.artifacts import atomic_write_json
 from slm.corpus.layout import domain_dir
 from slm.data.pack import pack_texts
-from slm.export import HF_CONFIG, export_hf, model_file
+from slm.export import EXPORT_RECORD, HF_CONFIG, export_hf, model_file
 from slm.train.data import PackedArrays
 from slm.train.evaluate import evaluate
 
@@ -74,8 +74,15 @@ def harness_perplexity(hf_dir: Path, domain: str, documents: list[str], work: Pa
     class QuietHFLM(HFLM):
         # lm-eval 0.4.13's loglikelihood_rolling asks for a progress bar per batch of windows
         # (disable_tqdm=False, hard-coded): hundreds of bars in a log.
+        def loglikelihood_rolling(self, requests, disable_tqdm=False):
+            return super().loglikelihood_rolling(requests, disable_tqdm=True)
+
         def _loglikelihood_tokens(self, requests, disable_tqdm=False, override_bs=None):
             return super()._loglikelihood_tokens(requests, disable_tqdm=True, override_bs=override_bs)
+
+    import datasets
+
+    datasets.disable_progress_bars()  # "Generating validation split" for a file of a few hundred lines
 
     jsonl = work / f"{domain}_valid.jsonl"
     jsonl.write_text("".join(json.dumps({"text": t}) + "\n" for t in documents))
@@ -95,7 +102,7 @@ def platform_perplexity(hf_dir: Path, documents: list[str], batch_size: int = 8)
 
     from slm.export import load_dense
 
-    record = json.loads((hf_dir / "slm_export.json").read_text())
+    record = json.loads((hf_dir / EXPORT_RECORD).read_text())
     model = load_dense(Path(record["source"]))
     tok = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
     rows = pack_texts(tok, documents, model.config.seq_len)
@@ -123,12 +130,16 @@ def eval_domain(model: str | Path, domain: str, corpus_dir: str | Path, limit: i
             hf_dir = work / "hf"
             export_hf(path, hf_dir, tokenizer)
         harness = harness_perplexity(hf_dir, domain, documents, work)
-        ours = platform_perplexity(hf_dir, documents)
-        source = json.loads((hf_dir / "slm_export.json").read_text())["source"]
-    result = {"model": source, "domain": domain, "documents": len(documents),
-              "bytes": sum(len(t.encode("utf-8")) for t in documents), "lm_eval": harness, "platform": ours,
-              "bits_per_byte_relative_difference": ours["bits_per_byte"] / harness["bits_per_byte"] - 1,
+        record = hf_dir / EXPORT_RECORD
+        source = json.loads(record.read_text())["source"] if record.is_file() else None
+        # The platform's measure runs our own model: the export's source checkpoint, if it is still there.
+        ours = platform_perplexity(hf_dir, documents) if source and Path(source).is_file() else None
+    result = {"model": source or str(path), "domain": domain, "documents": len(documents),
+              "bytes": sum(len(t.encode("utf-8")) for t in documents), "lm_eval": harness,
+              "platform": ours if ours else f"not measured: the export's source checkpoint {source} is not here",
+              "bits_per_byte_relative_difference": ours["bits_per_byte"] / harness["bits_per_byte"] - 1 if ours else None,
               "seconds": round(time.perf_counter() - started, 1)}
-    target = Path(out) if out else model_file(source).parent / "lm_eval" / f"{domain}.json"
+    folder = model_file(source).parent if ours else path
+    target = Path(out) if out else folder / "lm_eval" / f"{domain}.json"
     atomic_write_json(target, result)
     return {**result, "written": str(target)}
