@@ -22,7 +22,7 @@ import argparse
 import json
 import sys
 
-from slm.config import ConfigError, dump_yaml
+from slm.config import ConfigError, check_name, dump_yaml
 from slm.job import JobConfig, load_job
 from slm.runtime import configure_output
 
@@ -70,9 +70,14 @@ def cmd_corpus_build(args) -> int:
 
 def cmd_corpus_import(args) -> int:
     from slm.corpus.importer import import_corpus
+    from slm.corpus.layout import GENERIC
     from slm.runtime import init_ray, shutdown_ray
 
     cfg = _job(args)
+    if not args.generic:  # before Ray starts (~35 s here): a name that cannot be a domain fails now
+        check_name(args.domain, "--domain")
+        if args.domain == GENERIC:
+            raise ConfigError("--domain generic: 'generic' is the generic corpus; import it with --generic")
     init_ray(cfg.ray)
     try:
         record = import_corpus(args.path, cfg.corpus.dir, None if args.generic else args.domain,

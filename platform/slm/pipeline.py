@@ -207,6 +207,38 @@ def check_stages(cfg: JobConfig) -> None:
         raise ConfigError(f"config key 'stages': unknown stage(s) {unknown}; known stages: {list(STAGES)}")
     if not cfg.stages:
         raise ConfigError("config key 'stages': a job needs at least one stage")
+    check_domains(cfg)
+
+
+def check_domains(cfg: JobConfig) -> None:
+    """Every domain a job names exists in its corpus, checked before any stage runs (not when the stage
+    that reads it fails). A job that builds the bundled corpus first is checked against what it builds."""
+    from slm.corpus.config import BUNDLED_DOMAINS
+    from slm.corpus.layout import domains as corpus_domains
+
+    corpus = Path(cfg.corpus.dir).expanduser()
+    if "corpus" in cfg.stages:
+        known, where = set(BUNDLED_DOMAINS), "the bundled corpus"
+    elif (corpus / "domains").is_dir():
+        known, where = set(corpus_domains(corpus)), f"the corpus at {corpus}"
+    else:
+        return  # no corpus yet: the first stage that reads one says so
+    stages = set(cfg.stages)
+    named = []  # (key, domain) of the sections this job's stages read
+    if stages & {"embed"}:
+        named += [("embed.domains", d) for d in cfg.embed.domains]
+    if stages & {"histogram"}:
+        named += [("histogram.domains", d) for d in cfg.histogram.domains]
+    if stages & {"resample", "pack"}:
+        named += [("resample.domain", cfg.resample.domain)] + [("resample.domains", d) for d in cfg.resample.domains]
+    if "specialize" in stages and cfg.specialize.domain:
+        named += [("specialize.domain", cfg.specialize.domain)]
+    if "sweep" in stages:
+        named += [("sweep.domains", d) for d in cfg.sweep.domains]
+    for key, domain in named:
+        if domain not in known:
+            raise ConfigError(f"config key '{key}': no domain {domain!r} in {where} (its domains: {sorted(known)}; "
+                              "add one with `slm corpus import --domain`)")
 
 
 def stage_summary(result: dict) -> str:

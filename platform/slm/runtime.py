@@ -18,6 +18,8 @@ from pathlib import Path
 
 import psutil
 
+from slm.config import ConfigError
+
 
 @dataclass
 class RayConfig:
@@ -28,6 +30,12 @@ class RayConfig:
     include_dashboard: bool = True
     dashboard_host: str = "127.0.0.1"
     dashboard_port: int = 8265
+
+    def validate(self, prefix: str = "") -> None:
+        if self.num_cpus is not None and self.num_cpus < 1:
+            raise ConfigError(f"config key '{prefix}num_cpus': at least 1 (or null: every CPU), got {self.num_cpus}")
+        if not 1 <= self.dashboard_port <= 65535:
+            raise ConfigError(f"config key '{prefix}dashboard_port': a TCP port, 1-65535, got {self.dashboard_port}")
 
 
 
@@ -67,6 +75,17 @@ def configure_output(verbose: bool = False) -> None:
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 
 
+def private_auth_token(path: Path | None = None) -> bool:
+    """Ray's token file readable by its owner alone. Ray 2.60 writes ``~/.ray/auth_token`` mode 0644:
+    any local user could read it and drive the cluster. Returns whether the mode had to be fixed."""
+    path = path or Path(os.environ.get("RAY_AUTH_TOKEN_PATH", "~/.ray/auth_token")).expanduser()
+    if not path.is_file() or path.stat().st_mode & 0o077 == 0:
+        return False
+    path.chmod(0o600)
+    print(f"[ray] {path} was readable by other users: made it 0600", flush=True)
+    return True
+
+
 def init_ray(cfg: RayConfig, job_name: str | None = None):
     """Initialise Ray once per process according to ``cfg``; return the Ray context. ``job_name`` is
     what the dashboard's Jobs page shows for this driver (a submitted job has its submission's)."""
@@ -76,6 +95,7 @@ def init_ray(cfg: RayConfig, job_name: str | None = None):
     if ray.is_initialized():
         return ray.get_runtime_context()
     configure_output(verbose())
+    private_auth_token()
     address = cfg.address or os.environ.get("RAY_ADDRESS")
     submitted = "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ  # under `ray job submit`: its metadata stands
     job_name = job_name or os.environ.get(JOB_NAME_ENV)
@@ -97,6 +117,7 @@ def init_ray(cfg: RayConfig, job_name: str | None = None):
             job_config=job_config,
         )
         where = "started an embedded local Ray"
+    private_auth_token()  # before (a token from an earlier Ray) and after (one this start wrote)
     if not verbose():  # Ray Data's execution plans and per-dataset statistics: INFO lines by the dozen
         logging.getLogger("ray.data").setLevel(logging.WARNING)
     url = getattr(context, "dashboard_url", None)

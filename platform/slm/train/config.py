@@ -25,6 +25,19 @@ class OptimConfig:
     beta2: float = 0.95
     grad_clip: float = 1.0  # 0: off
 
+    def validate(self, prefix: str = "") -> None:
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"config key '{prefix}lr': must be a positive number, got {self.lr}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"config key '{prefix}min_lr_ratio': must be in [0, 1], got {self.min_lr_ratio}")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(f"config key '{prefix}{name}': must be in [0, 1), got {getattr(self, name)}")
+        for name in ("warmup_steps", "weight_decay", "grad_clip"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"config key '{prefix}{name}': must be ≥ 0, got {value}")
+
 
 @dataclass
 class BudgetConfig:
@@ -43,6 +56,9 @@ class BudgetConfig:
     def validate(self, prefix: str = "") -> None:
         values = {"steps": self.steps, "tokens": self.tokens, "flops": self.flops,
                   "device_seconds": self.device_seconds}
+        bad = [k for k, v in values.items() if not math.isfinite(v)]
+        if bad:
+            raise ConfigError(f"config key '{prefix}{bad[0]}': a budget must be a finite number, got {values[bad[0]]}")
         negative = [k for k, v in values.items() if v < 0]
         if negative:
             raise ConfigError(f"config key '{prefix}{negative[0]}': a budget cannot be negative")
@@ -153,9 +169,17 @@ class TrainConfig:
             raise ConfigError(f"config key '{prefix}zero_stage': must be 1, 2 or 3, got {self.zero_stage}")
         if self.num_workers < 0:
             raise ConfigError(f"config key '{prefix}num_workers': must be ≥ 0, got {self.num_workers}")
-        for name in ("batch_size", "log_every", "torch_threads"):
+        for name in ("batch_size", "log_every", "torch_threads", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"config key '{prefix}{name}': must be at least 1, got {getattr(self, name)}")
+        for name in ("checkpoint_every", "report_every", "eval_every", "eval_tokens"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"config key '{prefix}{name}': must be ≥ 0 (0: off), got {getattr(self, name)}")
+        if self.max_failures < -1:
+            raise ConfigError(f"config key '{prefix}max_failures': must be ≥ 0, or -1 for no limit, "
+                              f"got {self.max_failures}")
+        if not (math.isfinite(self.cpus_per_worker) and self.cpus_per_worker > 0):
+            raise ConfigError(f"config key '{prefix}cpus_per_worker': must be positive, got {self.cpus_per_worker}")
         if self.strategy == "deepspeed" and self.num_workers == 0:
             raise ConfigError(f"config key '{prefix}strategy': deepspeed needs num_workers ≥ 1")
 
