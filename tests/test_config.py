@@ -43,7 +43,7 @@ def test_wrong_types_fail_with_key():
     with pytest.raises(ConfigError, match=r"'ray.include_dashboard': expected true or false"):
         load_job(None, ["ray.include_dashboard=maybe"])
     with pytest.raises(ConfigError, match=r"'corpus.domains\[1\]': expected str"):
-        load_job(None, ["corpus.domains=[code, 3]"])
+        load_job(None, ["corpus.domains=[code, 3.5]"])  # an int is a name (run.name=2024), a float is not
     with pytest.raises(ConfigError, match=r"'corpus': expected a mapping"):
         load_job(None, ["corpus=7"])
     with pytest.raises(ConfigError, match=r"not of the form"):

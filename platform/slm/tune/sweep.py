@@ -273,13 +273,14 @@ def pretrain_all(cfg: JobConfig, runs: list[dict]) -> None:
     for run in runs:
         pretrain_data(run_config(cfg, run), cfg.run.dir)
     valid_sets(cfg.run.dir, cfg, list(cfg.corpus.domains))
-    task = ray.remote(_pretrain_task).options(num_cpus=train.cpus_per_worker, num_gpus=1 if train.use_gpu else 0,
-                                              max_retries=0)
+    task = ray.remote(_pretrain_task)
+    resources = {"num_cpus": train.cpus_per_worker, "num_gpus": 1 if train.use_gpu else 0, "max_retries": 0}
     refs: dict[str, ray.ObjectRef] = {}
     for run in runs:
         teachers = [refs[run["teacher"]]] if run["teacher"] in refs else []
         # named after the run: the dashboard's task list and timeline say which run each process is
-        refs[run["name"]] = task.options(name=f"pretrain:{run['name']}").remote(run_config(cfg, run), *teachers)
+        refs[run["name"]] = task.options(name=f"pretrain:{run['name']}", **resources).remote(
+            run_config(cfg, run), *teachers)
     ray.get(list(refs.values()))
 
 
