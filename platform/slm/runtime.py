@@ -103,6 +103,8 @@ def init_ray(cfg: RayConfig, job_name: str | None = None):
     env = {k: os.environ[k] for k in OUTPUT_ENV if k in os.environ}
     job_config = None if submitted else RayJobConfig(metadata={"job_name": job_name} if job_name else None,
                                                      runtime_env={"env_vars": env})
+    if not verbose():  # "Started a local Ray instance. View the dashboard at …" in ANSI colours: the
+        logging.getLogger("ray._private.worker").setLevel(logging.WARNING)  # [ray] line below says it
     if address:
         context = ray.init(address=address, log_to_driver=True, job_config=job_config)
         where = f"connected to Ray at {address}"

@@ -16,6 +16,7 @@ import contextlib
 import sys
 
 from ray.data.context import DataContext, ShuffleStrategy
+from ray.util.debug import log_once
 
 from slm.runtime import verbose
 
@@ -36,6 +37,8 @@ def reproducible_execution():
     # most of a job's log) nothing but the stages' own lines, unless `slm -v`.
     context.enable_progress_bars = verbose() or sys.stdout.isatty()
     context.enable_operator_progress_bars = verbose()
+    if not context.enable_progress_bars:  # spend Ray Data's once-per-process "Progress bars disabled" warning
+        log_once("ray_data_progress_manager_disabled")
     try:
         yield
     finally:

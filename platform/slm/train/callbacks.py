@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from slm.artifacts import atomic_write_json
+from slm.artifacts import atomic_write_json, atomic_write_text
 from slm.layout import TrainOutput
 from slm.train.budget import exhausted, spent
 
@@ -94,8 +94,29 @@ class MetricsLogger(Callback):
         if loop.rank != 0:
             return
         self.output.logs.mkdir(parents=True, exist_ok=True)
+        self._truncate(loop.progress.step)
         self.jsonl = open(self.output.metrics, "a")  # noqa: SIM115 (open for the whole run)
         self.tb = SummaryWriter(self.tensorboard) if self.enabled else None
+
+    def _truncate(self, step: int) -> None:
+        """A resumed run logs from its checkpoint's step on: the rows an interrupted run wrote after it
+        go (and a line cut short by the interruption), so that the log has each step once."""
+        path = self.output.metrics
+        if not path.exists():
+            return
+        kept, dropped = [], 0
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                dropped += 1
+                continue
+            if row.get("step", 0) <= step:
+                kept.append(line)
+            else:
+                dropped += 1
+        if dropped:
+            atomic_write_text(path, "".join(line + "\n" for line in kept))
 
     def on_step_end(self, loop, metrics: dict) -> None:
         if not is_logged_step(loop, metrics):
