@@ -176,3 +176,22 @@ def test_the_ray_token_file_is_made_private(tmp_path):
     token.chmod(0o644)
     assert private_auth_token(token) and token.stat().st_mode & 0o777 == 0o600
     assert not private_auth_token(token)  # already private: left alone
+
+
+def test_each_command_keeps_the_other_stages_results_and_its_config(corpus_dir, tmp_path):
+    """Issue 19: `results.json` and `config.yaml` were overwritten by each command; now every stage's
+    latest result stays, and every invocation's config is kept."""
+    import json
+
+    from slm.pipeline import run_job
+
+    base = [f"corpus.dir={corpus_dir}", f"run.root={tmp_path}", "run.name=r", "tokenizer.vocab_size=300",
+            "tokenizer.max_chars=100000"]
+    run_job(load_job(None, [*base, "stages=[corpus]"]))
+    run_job(load_job(None, [*base, "stages=[tokenizer]"]))
+    results = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert set(results) == {"corpus", "tokenizer"} and results["tokenizer"]["vocab_size"] == 300
+    configs = sorted((tmp_path / "r" / "configs").glob("*.yaml"))
+    assert [c.name.rsplit("-", 1)[-1] for c in configs] == ["corpus.yaml", "tokenizer.yaml"]
+    assert yaml.safe_load(configs[0].read_text())["stages"] == ["corpus"]
+    assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["stages"] == ["tokenizer"]

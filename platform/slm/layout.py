@@ -97,8 +97,13 @@ class RunLayout:
     def config(self) -> Path:
         return self.dir / "config.yaml"
 
+    def invocation(self, stamp: str) -> Path:
+        """Every config the run directory was invoked with, kept (``config.yaml`` is the latest)."""
+        return self.dir / "configs" / f"{stamp}.yaml"
+
     @property
     def results(self) -> Path:
+        """Each stage's latest result, by stage: a run of some stages replaces only their entries."""
         return self.dir / "results.json"
 
     @property

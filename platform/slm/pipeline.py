@@ -262,7 +262,10 @@ def run_job(cfg: JobConfig) -> dict[str, dict]:
     run_dir = cfg.run.dir
     run_dir.mkdir(parents=True, exist_ok=True)
     layout = RunLayout.of(cfg)
-    atomic_write_text(layout.config, dump_yaml(cfg))
+    resolved = dump_yaml(cfg)
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{'-'.join(cfg.stages)}"
+    atomic_write_text(layout.invocation(stamp), resolved)
+    atomic_write_text(layout.config, resolved)
     os.environ.setdefault(JOB_NAME_ENV, f"slm {cfg.run.name}: {' '.join(cfg.stages)}")
     print(f"[run] {cfg.run.name}: stages {cfg.stages}; outputs in {run_dir}", flush=True)
     results, resources = {}, {}
@@ -277,8 +280,9 @@ def run_job(cfg: JobConfig) -> dict[str, dict]:
                   f"{memory.peak_gib} GiB{stage_summary(results[name])}", flush=True)
     finally:
         shutdown_ray()
-        if resources:  # what each stage took; a rerun of some stages replaces just their entries
-            path = layout.stage_resources
-            atomic_write_json(path, {**(json.loads(path.read_text()) if path.exists() else {}), **resources})
-    atomic_write_json(layout.results, results)
+        # What each stage gave and took; a run of some stages replaces just their entries, so the run
+        # directory keeps every stage's latest (a stage that failed keeps its previous result).
+        for path, new in ((layout.stage_resources, resources), (layout.results, results)):
+            if new:
+                atomic_write_json(path, {**(json.loads(path.read_text()) if path.exists() else {}), **new})
     return results

@@ -340,16 +340,18 @@ def trial_name(trial) -> str:
     return trial.config["trial"]["name"]
 
 
-# What the console table shows of each trial: the trial name says the method and budgets; the columns
-# the rest (the trial dict itself, one parameter, is not a column).
-TABLE_COLUMNS = {"method": "method", "size": "size", "domain": "domain", "pretrain_steps": "pretrain",
-                 "domain_tokens": "domain tokens", "specialize_steps": "steps", "seed": "seed",
-                 "perplexity": "valid ppl"}
+# What the console table shows of each trial, beside its name: the trial's budgets (its parameters,
+# known before it runs; Tune would otherwise print the whole trial dict as one column) and, once
+# reported, what it measured.
+PARAMETER_COLUMNS = {"trial/method": "method", "trial/size": "size", "trial/domain": "domain",
+                     "trial/pretrain_steps": "pretrain", "trial/domain_tokens": "domain tokens",
+                     "trial/specialize_steps": "steps", "trial/seed": "seed"}
+METRIC_COLUMNS = {"perplexity": "valid ppl", "accuracy": "top-1"}
 
 
 def trial_table() -> CLIReporter:
     """Tune's status table: every minute in a log, every 20 s on a terminal (Tune's own is every 5 s)."""
-    return CLIReporter(parameter_columns=[], metric_columns=TABLE_COLUMNS, sort_by_metric=False,
+    return CLIReporter(parameter_columns=PARAMETER_COLUMNS, metric_columns=METRIC_COLUMNS, sort_by_metric=False,
                        max_report_frequency=20 if sys.stdout.isatty() else 60, max_progress_rows=10)
 
 
