@@ -28,7 +28,7 @@ from slm.data.samplers import UniformSampler
 from slm.layout import TrainOutput
 from slm.runtime import verbose
 from slm.train import callbacks as cb
-from slm.train import hardware
+from slm.train import hardware, integrity
 from slm.train.budget import Progress, exhausted
 from slm.train.data import PackedArrays
 from slm.train.module import TrainModule
@@ -90,6 +90,7 @@ class TrainLoop:
     # ------------------------------------------------------------------------------------ state
 
     def save_state(self, folder: Path) -> None:
+        before = integrity.files_under(folder)
         self.module.save(folder, self.rank)
         worker = {"rng": torch.get_rng_state()}
         if self.rank == 0:
@@ -98,6 +99,7 @@ class TrainLoop:
             if self.kd_sampler is not None:
                 np.save(folder / "selection.npy", self.kd_sampler.rows)
         torch.save(worker, folder / f"worker-{self.rank}.pt")
+        integrity.write_list(folder, self.rank, integrity.files_under(folder) - before)  # last: it vouches for them
 
     def load_state(self, folder: Path) -> None:
         self.module.load(folder)
