@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from slm.config import ConfigError, check_name, dump_yaml
@@ -306,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"slm: config error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `slm advise … | head`: the reader left; not an error of ours
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (so that the interpreter's final flush is quiet)
+        return 0
     except (FileNotFoundError, FileExistsError) as err:
         print(f"slm: {err}", file=sys.stderr)
         return 1

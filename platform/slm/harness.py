@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from slm.artifacts import atomic_write_json
 from slm.corpus.layout import domain_dir
 from slm.data.pack import pack_texts
-from slm.export import EXPORT_RECORD, HF_CONFIG, export_hf, model_file
+from slm.export import EXPORT_RECORD, HF_CONFIG, Refusal, export_hf, model_file
 from slm.train.data import PackedArrays
 from slm.train.evaluate import evaluate
 
@@ -67,9 +67,13 @@ def task_config(domain: str, documents_jsonl: Path) -> dict:
 def harness_perplexity(hf_dir: Path, domain: str, documents: list[str], work: Path,
                        batch_size: int = 8) -> dict[str, float]:
     """lm-eval's word / byte perplexity and bits per byte of ``documents`` under the exported model."""
-    from lm_eval import simple_evaluate
-    from lm_eval.models.huggingface import HFLM
-    from lm_eval.tasks import TaskManager
+    try:
+        from lm_eval import simple_evaluate
+        from lm_eval.models.huggingface import HFLM
+        from lm_eval.tasks import TaskManager
+    except ImportError as err:
+        raise Refusal("slm eval needs lm-evaluation-harness: pip install 'slm-platform[eval]' "
+                      f"(or lm_eval==0.4.13) ({err})") from err
 
     class QuietHFLM(HFLM):
         # lm-eval 0.4.13's loglikelihood_rolling asks for a progress bar per batch of windows
