@@ -184,12 +184,19 @@ def cmd_generate(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from slm.harness import eval_domain
+    from slm.harness import eval_domain, eval_sweep
 
     _quiet_libraries()
+    if args.model and "=" in args.model and not os.path.exists(args.model):  # `--sweep S key=value`
+        args.overrides, args.model = [args.model, *args.overrides], None
     cfg = _job(args)
-    result = eval_domain(args.model, args.domain, cfg.corpus.dir, limit=args.limit, tokenizer=args.tokenizer,
-                         out=args.out)
+    if (args.model is None) == (args.sweep is None):
+        raise ConfigError("slm eval: give a MODEL, or --sweep SWEEP for every specialized model of its table")
+    if args.sweep:
+        result = eval_sweep(args.sweep, args.domain, cfg.corpus.dir, limit=args.limit, tokenizer=args.tokenizer)
+    else:
+        result = eval_domain(args.model, args.domain, cfg.corpus.dir, limit=args.limit, tokenizer=args.tokenizer,
+                             out=args.out)
     print(json.dumps(result, indent=2))
     return 0
 
@@ -282,7 +289,11 @@ def parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=50, help="sample among the k likeliest tokens (0: all)")
     gen.add_argument("--seed", type=int, default=0)
     gen.set_defaults(fn=cmd_generate)
-    ev = model_argument(sub.add_parser("eval", help="a domain's valid perplexity through lm-evaluation-harness"))
+    ev = sub.add_parser("eval", help="a domain's valid perplexity through lm-evaluation-harness")
+    ev.add_argument("model", nargs="?", help="a model.safetensors, the training run's folder, or an exported folder")
+    ev.add_argument("--tokenizer", help="the BPE file (default: <run>/tokenizer/tokenizer.json above the model)")
+    ev.add_argument("--sweep", help="instead of MODEL: every specialized model of this sweep's results table for "
+                                    "--domain, the harness's numbers added to the table as lm_eval_* columns")
     ev.add_argument("--domain", required=True, help="a domain of corpus.dir (its valid split)")
     ev.add_argument("--limit", type=int, help="the first N valid documents (by id) only")
     ev.add_argument("--out", help="the result JSON (default: <model folder>/lm_eval/<domain>.json)")

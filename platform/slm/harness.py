@@ -119,6 +119,27 @@ def platform_perplexity(hf_dir: Path, documents: list[str], batch_size: int = 8)
             "bits_per_byte": metrics["loss"] * stream_tokens / stream_bytes / math.log(2)}
 
 
+def eval_sweep(sweep: str | Path, domain: str, corpus_dir: str | Path, limit: int | None = None,
+               tokenizer: str | Path | None = None) -> dict:
+    """Every specialized model of a sweep's results table for ``domain`` through the harness, its
+    numbers added to the table as columns ``lm_eval_<metric>`` (``slm.tune.results.add_columns``)."""
+    from slm.tune.results import add_columns, read_table
+
+    sweep = Path(sweep)
+    trials = sorted(r["trial"] for r in read_table(sweep) if r["domain"] == domain)
+    if not trials:
+        raise Refusal(f"{sweep}: the results table has no trial of domain {domain!r}")
+    values, started = {}, time.perf_counter()
+    for trial in trials:
+        model = sweep / "specialized" / domain / trial
+        result = eval_domain(model, domain, corpus_dir, limit=limit, tokenizer=tokenizer)
+        values[trial] = {f"lm_eval_{k}": v for k, v in result["lm_eval"].items()}
+        print(f"[eval] {trial}: bits per byte {result['lm_eval']['bits_per_byte']:.4f}", flush=True)
+    table = add_columns(sweep, values)
+    return {"sweep": str(sweep), "domain": domain, "trials": len(trials), "columns": sorted(next(iter(values.values()))),
+            "table": str(table), "seconds": round(time.perf_counter() - started, 1)}
+
+
 def eval_domain(model: str | Path, domain: str, corpus_dir: str | Path, limit: int | None = None,
                 tokenizer: str | Path | None = None, out: str | Path | None = None) -> dict:
     """Both measures of ``model`` (an slm checkpoint, its run folder, or an exported folder) on the

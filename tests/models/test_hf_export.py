@@ -134,3 +134,35 @@ def test_slm_eval_reports_the_harness_beside_the_platform(run_with_model, corpus
     bad = slm_cli("eval", str(run / "checkpoints" / "generic"), "--domain", "nosuch", f"corpus.dir={corpus_dir}",
                   check=False)
     assert bad.returncode == 1 and "nosuch" in bad.stderr
+
+
+def test_slm_eval_puts_the_harness_numbers_into_a_sweeps_table(run_with_model, corpus_dir, slm_cli):
+    """`slm eval --sweep`: every specialized model of the table's domain scored, the numbers added as
+    columns; the table still reads and folds over seeds as before (a hand-made two-trial table over two
+    real checkpoints)."""
+    import shutil
+
+    from slm.tune.results import COLUMNS, aggregate, read_table, write_table
+
+    run, _ = run_with_model
+    sweep = run / "sweeps" / "s"
+    rows = []
+    for seed in (0, 1):
+        trial = f"generic-tiny-p10-t3200-s5-seed{seed}"
+        folder = sweep / "specialized" / "legal" / trial
+        folder.mkdir(parents=True)
+        shutil.copy(run / "checkpoints" / "generic" / "model.safetensors", folder / "model.safetensors")
+        row = {c: 1.0 for c in COLUMNS}
+        row.update(trial=trial, setting="generic-tiny-p10-t3200-s5", seed=seed, method="generic", size="tiny",
+                   expert=None, domain="legal", pretrain_steps=10, domain_tokens=3200, specialize_steps=5,
+                   perplexity=100.0 + seed)
+        rows.append(row)
+    write_table(rows, sweep)
+    proc = slm_cli("eval", "--sweep", str(sweep), "--domain", "legal", "--limit", "3", f"corpus.dir={corpus_dir}")
+    assert proc.stdout.count("[eval] generic-tiny-p10-t3200-s5-seed") == 2
+    out = json.loads(proc.stdout[proc.stdout.index("{"):])  # after the per-trial lines, the summary
+    assert out["trials"] == 2 and "lm_eval_bits_per_byte" in out["columns"]
+    table = read_table(sweep)
+    assert all(r["lm_eval_bits_per_byte"] > 0 for r in table)
+    assert table[0]["lm_eval_bits_per_byte"] == table[1]["lm_eval_bits_per_byte"]  # the same weights
+    assert aggregate(table)[0]["perplexity"] == 100.5
