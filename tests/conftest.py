@@ -209,8 +209,8 @@ def train_overrides(cfg, *extra: str) -> list[str]:
 
 
 def logged_rows(folder: Path) -> list[dict]:
-    """A training run's metrics.jsonl, a row a logged step (a resumed run logs the steps after its
-    checkpoint twice)."""
+    """A training run's metrics.jsonl, a row a logged step (a resumed run drops the rows after its
+    checkpoint before logging them again)."""
     return [json.loads(line) for line in (folder / "logs" / "metrics.jsonl").read_text().splitlines()]
 
 

@@ -43,7 +43,7 @@ def test_wrong_types_fail_with_key():
     with pytest.raises(ConfigError, match=r"'ray.include_dashboard': expected true or false"):
         load_job(None, ["ray.include_dashboard=maybe"])
     with pytest.raises(ConfigError, match=r"'corpus.domains\[1\]': expected str"):
-        load_job(None, ["corpus.domains=[code, 3]"])
+        load_job(None, ["corpus.domains=[code, 3.5]"])  # an int is a name (run.name=2024), a float is not
     with pytest.raises(ConfigError, match=r"'corpus': expected a mapping"):
         load_job(None, ["corpus=7"])
     with pytest.raises(ConfigError, match=r"not of the form"):
@@ -99,3 +99,99 @@ def test_slm_data_maps_flags_to_the_resample_section(slm_cli, tmp_path):
     assert config["resample"]["tokens"] == 1000 and config["resample"]["methods"] == ["crisp"]
     assert proc.returncode == 1
     assert "histograms.json does not exist: run the 'histogram' stage first" in proc.stderr
+
+
+# Issue 19: the config probes that were accepted and failed late (or wrote outside run.root), and the
+# YAML that loaded silently wrong.
+@pytest.mark.parametrize("override, key", [
+    ("pretrain.train.budget.flops=.inf", "pretrain.train.budget.flops"),
+    ("pretrain.train.budget.flops=.nan", "pretrain.train.budget.flops"),
+    ("pretrain.train.optim.lr=-1", "pretrain.train.optim.lr"),
+    ("specialize.train.optim.beta2=1.5", "specialize.train.optim.beta2"),
+    ("pretrain.train.checkpoint_every=-1", "pretrain.train.checkpoint_every"),
+    ("pretrain.train.max_failures=-5", "pretrain.train.max_failures"),
+    ("pretrain.train.keep_checkpoints=0", "pretrain.train.keep_checkpoints"),
+    ("ray.num_cpus=0", "ray.num_cpus"),
+    ("ray.dashboard_port=99999", "ray.dashboard_port"),
+    ("pretrain.model.depth=100000", "pretrain.model.depth"),
+    ("corpus.shard_docs=0", "corpus.shard_docs"),
+    ("corpus.valid_fraction=2", "corpus.valid_fraction"),
+    ("run.name=../../x", "run.name"),
+    ("run.name=a/b", "run.name"),
+    ("run.name=''", "run.name"),
+])
+def test_config_holes_fail_before_anything_runs(override, key):
+    with pytest.raises(ConfigError, match=f"'{key}'"):
+        load_job(None, [override])
+
+
+def test_a_numeric_name_is_a_name():
+    assert load_job(None, ["run.name=2024"]).run.name == "2024"
+
+
+def test_a_key_given_twice_fails_with_its_line(tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text("run:\n  name: a\n  root: runs\n  name: b\n")
+    with pytest.raises(ConfigError, match=r"job.yaml: line 4: key 'name' is given twice"):
+        load_job(spec)
+
+
+def test_a_yaml_alias_bomb_is_refused(tmp_path):
+    lines = ['a: &a ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    for prev, name in zip("abcdef", "bcdefg", strict=True):
+        lines.append(f"{name}: &{name} [{', '.join(['*' + prev] * 10)}]")
+    spec = tmp_path / "bomb.yaml"
+    spec.write_text("\n".join(lines) + "\n")
+    assert spec.stat().st_size < 600  # 10⁷ values when expanded
+    with pytest.raises(ConfigError, match="aliases expand to more than"):
+        load_job(spec)
+    anchors = tmp_path / "anchors.yaml"  # ordinary anchors still work
+    anchors.write_text("stages: &s [stats]\nrun: {name: x}\nsweep: {methods: [generic]}\n")
+    assert load_job(anchors).stages == ["stats"]
+
+
+def test_unknown_domains_fail_before_any_stage(corpus_dir):
+    from slm.pipeline import check_stages
+
+    with pytest.raises(ConfigError, match=r"'sweep.domains': no domain 'nosuch'"):
+        check_stages(load_job(None, [f"corpus.dir={corpus_dir}", "stages=[sweep]", "sweep.domains=[nosuch]"]))
+    with pytest.raises(ConfigError, match=r"'resample.domain': no domain 'nosuch'"):
+        check_stages(load_job(None, [f"corpus.dir={corpus_dir}", "stages=[resample]", "resample.domain=nosuch"]))
+    check_stages(load_job(None, [f"corpus.dir={corpus_dir}", "stages=[stats]", "resample.domain=nosuch"]))  # unread
+
+
+@pytest.mark.parametrize("name, message", [("generic", "import it with --generic"), ("", "not a valid name"),
+                                           ("x" * 300, "not a valid name"), ("a/b", "not a valid name")])
+def test_corpus_import_refuses_a_bad_domain_name_before_ray_starts(name, message, slm_cli, tmp_path):
+    proc = slm_cli("corpus", "import", str(tmp_path / "missing.jsonl"), "--domain", name, check=False,
+                   timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr and "[ray]" not in proc.stdout
+
+
+def test_the_ray_token_file_is_made_private(tmp_path):
+    from slm.runtime import private_auth_token
+
+    token = tmp_path / "auth_token"
+    token.write_text("secret")
+    token.chmod(0o644)
+    assert private_auth_token(token) and token.stat().st_mode & 0o777 == 0o600
+    assert not private_auth_token(token)  # already private: left alone
+
+
+def test_each_command_keeps_the_other_stages_results_and_its_config(corpus_dir, tmp_path):
+    """Issue 19: `results.json` and `config.yaml` were overwritten by each command; now every stage's
+    latest result stays, and every invocation's config is kept."""
+    import json
+
+    from slm.pipeline import run_job
+
+    base = [f"corpus.dir={corpus_dir}", f"run.root={tmp_path}", "run.name=r", "tokenizer.vocab_size=300",
+            "tokenizer.max_chars=100000"]
+    run_job(load_job(None, [*base, "stages=[corpus]"]))
+    run_job(load_job(None, [*base, "stages=[tokenizer]"]))
+    results = json.loads((tmp_path / "r" / "results.json").read_text())
+    assert set(results) == {"corpus", "tokenizer"} and results["tokenizer"]["vocab_size"] == 300
+    configs = sorted((tmp_path / "r" / "configs").glob("*.yaml"))
+    assert [c.name.rsplit("-", 1)[-1] for c in configs] == ["corpus.yaml", "tokenizer.yaml"]
+    assert yaml.safe_load(configs[0].read_text())["stages"] == ["corpus"]
+    assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["stages"] == ["tokenizer"]

@@ -146,6 +146,8 @@ def test_submit_a_pretraining_job_to_a_head_node(head_node, train_run):
                                          "pretrain.train.log_every=5"))
     status, logs = submit_and_wait(client, f"slm run jobs/pretrain.yaml {overrides}", timeout=400)
     assert status == JobStatus.SUCCEEDED, logs
-    assert "connected to Ray at" in logs and "[train] submitted step 10" in logs
+    assert "connected to Ray at" in logs and "[train] submitted 10/10 steps (100%)" in logs
+    assert logs.count("[train] submitted 10/10 steps") == 1  # one line per interval, from rank 0 only
+    assert "Reporting training result" not in logs  # Ray Train's own lines: only with slm -v
     summary = json.loads((train_run.run.dir / "checkpoints" / "submitted" / "summary.json").read_text())
     assert summary["steps"] == 10 and summary["workers"] == 2 and summary["method"] == "soup"

@@ -22,7 +22,7 @@ LAYERS = [
     ["slm.methods"],
     ["slm.train"],
     ["slm.tune"],
-    ["slm.pipeline", "slm.cli", "slm.__main__"],
+    ["slm.pipeline", "slm.export", "slm.harness", "slm.cli", "slm.__main__"],
 ]
 
 

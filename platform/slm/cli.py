@@ -6,6 +6,11 @@
     slm corpus import PATH (--generic | --domain NAME) [...]
     slm data embed|cluster|histogram|resample|tokenizer|pack [--config JOB.yaml] [key=value ...]
     slm data resample --domain D --tokens N --method crisp|dsir|uniform [...]
+    slm train pretrain|specialize [--method M] [--source S] [--domain D] [--config JOB.yaml] [key=value ...]
+    slm sweep JOB.yaml [--dry-run] [key=value ...]; slm report SWEEP; slm advise --sweep SWEEP ...
+    slm export MODEL --format hf OUT            a Hugging Face folder (transformers, offline)
+    slm generate MODEL --prompt TEXT [...]      sample a continuation (an slm model or an exported folder)
+    slm eval MODEL --domain D [...]             perplexity on D's valid split through lm-evaluation-harness
 
 Each command imports what it runs inside its own function: `slm --help`, `slm config` and the corpus
 commands stay quick, where the training stack (torch, Ray and their dependencies) takes seconds to import.
@@ -15,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
-from slm.config import ConfigError, dump_yaml
+from slm.config import ConfigError, check_name, dump_yaml
 from slm.job import JobConfig, load_job
+from slm.runtime import configure_output
 
 
 def _load(path, overrides) -> JobConfig:
@@ -64,9 +71,14 @@ def cmd_corpus_build(args) -> int:
 
 def cmd_corpus_import(args) -> int:
     from slm.corpus.importer import import_corpus
+    from slm.corpus.layout import GENERIC
     from slm.runtime import init_ray, shutdown_ray
 
     cfg = _job(args)
+    if not args.generic:  # before Ray starts (~35 s here): a name that cannot be a domain fails now
+        check_name(args.domain, "--domain")
+        if args.domain == GENERIC:
+            raise ConfigError("--domain generic: 'generic' is the generic corpus; import it with --generic")
     init_ray(cfg.ray)
     try:
         record = import_corpus(args.path, cfg.corpus.dir, None if args.generic else args.domain,
@@ -133,8 +145,66 @@ def cmd_advise(args) -> int:
     return 0
 
 
+def _quiet_libraries() -> None:
+    """The model commands print one JSON record or the samples on stdout: no per-shard progress bars from
+    transformers, and no warning from DeepSpeed (which transformers' save imports through accelerate),
+    whose logger writes to stdout when it finds no GPU: told the CPU is the accelerator, it is quiet."""
+    import os
+
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def cmd_export(args) -> int:
+    from slm.export import export_hf
+
+    _quiet_libraries()
+    record = export_hf(args.model, args.out, tokenizer=args.tokenizer, replace=args.replace)
+    print(json.dumps(record, indent=2))
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from slm.export import Sampling, generate, load_causal_lm
+
+    _quiet_libraries()
+    sampling = Sampling(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                        seed=args.seed)
+    model, tokenizer = load_causal_lm(args.model, args.tokenizer)
+    for prompt, continuation in zip(args.prompt, generate(model, tokenizer, args.prompt, sampling), strict=True):
+        print(f"{prompt}{continuation}")
+        if len(args.prompt) > 1:
+            print("---")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from slm.harness import eval_domain, eval_sweep
+
+    _quiet_libraries()
+    if args.model and "=" in args.model and not os.path.exists(args.model):  # `--sweep S key=value`
+        args.overrides, args.model = [args.model, *args.overrides], None
+    cfg = _job(args)
+    if (args.model is None) == (args.sweep is None):
+        raise ConfigError("slm eval: give a MODEL, or --sweep SWEEP for every specialized model of its table")
+    if args.sweep:
+        result = eval_sweep(args.sweep, args.domain, cfg.corpus.dir, limit=args.limit, tokenizer=args.tokenizer)
+    else:
+        result = eval_domain(args.model, args.domain, cfg.corpus.dir, limit=args.limit, tokenizer=args.tokenizer,
+                             out=args.out)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="slm", description="Small specialized language models under budgets, on Ray.")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="libraries' progress too: Ray Data's per-operator progress, Ray Train's report lines")
     sub = p.add_subparsers(dest="command", required=True)
 
     def with_overrides(sp, job_positional: bool):
@@ -201,6 +271,34 @@ def parser() -> argparse.ArgumentParser:
     adv.add_argument("--unit", choices=["flops", "device_seconds"], default="flops",
                      help="the unit of the pretraining and specialization budgets")
     adv.set_defaults(fn=cmd_advise)
+
+    def model_argument(sp):
+        sp.add_argument("model", help="a model.safetensors, the training run's folder, or an exported folder")
+        sp.add_argument("--tokenizer", help="the BPE file (default: <run>/tokenizer/tokenizer.json above the model)")
+        return sp
+
+    exp = model_argument(sub.add_parser("export", help="write a model as a Hugging Face transformers folder"))
+    exp.add_argument("--format", choices=["hf"], default="hf", help="hf: config.json, safetensors, tokenizer")
+    exp.add_argument("out", help="the folder to write")
+    exp.add_argument("--replace", action="store_true", help="overwrite an existing folder")
+    exp.set_defaults(fn=cmd_export)
+    gen = model_argument(sub.add_parser("generate", help="sample continuations of prompts"))
+    gen.add_argument("--prompt", action="append", required=True, help="a prompt (repeatable)")
+    gen.add_argument("--max-new-tokens", type=int, default=64)
+    gen.add_argument("--temperature", type=float, default=0.8, help="0: greedy")
+    gen.add_argument("--top-k", type=int, default=50, help="sample among the k likeliest tokens (0: all)")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.set_defaults(fn=cmd_generate)
+    ev = sub.add_parser("eval", help="a domain's valid perplexity through lm-evaluation-harness")
+    ev.add_argument("model", nargs="?", help="a model.safetensors, the training run's folder, or an exported folder")
+    ev.add_argument("--tokenizer", help="the BPE file (default: <run>/tokenizer/tokenizer.json above the model)")
+    ev.add_argument("--sweep", help="instead of MODEL: every specialized model of this sweep's results table for "
+                                    "--domain, the harness's numbers added to the table as lm_eval_* columns")
+    ev.add_argument("--domain", required=True, help="a domain of corpus.dir (its valid split)")
+    ev.add_argument("--limit", type=int, help="the first N valid documents (by id) only")
+    ev.add_argument("--out", help="the result JSON (default: <model folder>/lm_eval/<domain>.json)")
+    with_overrides(ev, False)
+    ev.set_defaults(fn=cmd_eval)
     return p
 
 
@@ -214,12 +312,23 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unrecognized arguments: {' '.join(unknown)}")
     if extra:
         args.overrides = [*getattr(args, "overrides", []), *extra]
+    configure_output(verbose=args.verbose)  # before anything imports Ray
     try:
         return args.fn(args)
     except ConfigError as err:
         print(f"slm: config error: {err}", file=sys.stderr)
         return 2
-    except FileNotFoundError as err:
+    except BrokenPipeError:  # `slm advise … | head`: the reader left; not an error of ours
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (so that the interpreter's final flush is quiet)
+        return 0
+    except (FileNotFoundError, FileExistsError) as err:
+        print(f"slm: {err}", file=sys.stderr)
+        return 1
+    except ValueError as err:
+        # The model commands' refusals (slm.export.Refusal: a pretrained bank to export, a prompt past
+        # the context) are messages; any other ValueError is a bug and keeps its traceback.
+        if "slm.export" not in sys.modules or not isinstance(err, sys.modules["slm.export"].Refusal):
+            raise
         print(f"slm: {err}", file=sys.stderr)
         return 1
 

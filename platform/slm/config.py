@@ -26,6 +26,18 @@ class ConfigError(ValueError):
     """A config file, override or value that does not fit the schema."""
 
 
+# A name that becomes a folder (a run, a domain): one path component of ordinary characters, so that
+# no config can write outside its root (`run.name=../../x`) or fail late on the file system.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_name(name: str, key: str) -> str:
+    if not _NAME.fullmatch(name) or name.endswith("."):
+        raise ConfigError(f"config key '{key}': {name!r} is not a valid name (1-128 letters, digits, '.', '_' "
+                          "or '-', starting with a letter or digit; it names a folder)")
+    return name
+
+
 # ----------------------------------------------------------------------------------------- loading
 
 
@@ -79,6 +91,8 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         if number.is_integer():
             return int(number)
         raise ConfigError(f"config key '{key}': expected int, got {value!r}")
+    if tp is str and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # `run.name=2024`: YAML reads an int, the user wrote a name
     if tp is bool and not isinstance(value, bool):
         raise ConfigError(f"config key '{key}': expected true or false, got {value!r}")
     if tp is int and isinstance(value, bool):
@@ -149,7 +163,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not all(path):
         raise ConfigError(f"override {text!r} has an empty key segment")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.load(raw, Loader=StrictLoader) if raw.strip() else ""  # noqa: S506
+    except ConfigError as err:
+        raise ConfigError(f"override {text!r}: {err}") from err
     except yaml.YAMLError as err:
         raise ConfigError(f"override {text!r}: value is not valid YAML ({err})") from err
     return path, value
@@ -169,10 +185,55 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
+# What a job spec may expand to through YAML aliases: a spec is a few hundred values; a "billion laughs"
+# file of a few hundred bytes expands to millions.
+MAX_YAML_NODES = 100_000
+MAX_YAML_BYTES = 1 << 20
+
+
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that refuses a key given twice in one mapping (YAML says keys are unique;
+    PyYAML silently keeps the last) and a document whose aliases expand past ``MAX_YAML_NODES``."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise ConfigError(f"line {key_node.start_mark.line + 1}: key {key!r} is given twice")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None and _expanded_size(node, {}) > MAX_YAML_NODES:
+            raise ConfigError(f"its aliases expand to more than {MAX_YAML_NODES:,} values")
+        return node
+
+
+def _expanded_size(node, memo: dict[int, int]) -> int:
+    """Values in ``node`` with every alias expanded (an alias is the same node object again)."""
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = 1  # a recursive alias counts once instead of looping
+    if isinstance(node, yaml.MappingNode):
+        size = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        size = 1 + sum(_expanded_size(v, memo) for v in node.value)
+    else:
+        size = 1
+    memo[id(node)] = size
+    return size
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
+    if path.is_file() and path.stat().st_size > MAX_YAML_BYTES:
+        raise ConfigError(f"config file {path} is over {MAX_YAML_BYTES >> 20} MiB: not a job spec")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except ConfigError as err:
+        raise ConfigError(f"config file {path}: {err}") from err
     except FileNotFoundError as err:
         raise ConfigError(f"config file {path} does not exist") from err
     except yaml.YAMLError as err:
@@ -199,8 +260,25 @@ def dump_yaml(obj: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
+# A field's metadata that keeps it out of ``config_hash``: where a run's logs go and who else is told
+# (TensorBoard folder, experiment trackers) do not change what the run computes, so changing them must
+# neither retrain a finished run nor start a resumed one afresh.
+NOT_HASHED = {"hashed": False}
+
+
+def _hashed(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _hashed(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if f.metadata.get("hashed", True)}
+    if isinstance(value, list | tuple):
+        return [_hashed(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _hashed(v) for k, v in value.items()}
+    return value
+
+
 def config_hash(obj: Any) -> str:
-    """A stable hash of a config (section): what a stage's manifest is keyed on."""
-    data = to_dict(obj) if dataclasses.is_dataclass(obj) else obj
-    blob = json.dumps(data, sort_keys=True, default=str).encode()
+    """A stable hash of a config (section): what a stage's manifest is keyed on (``NOT_HASHED`` fields
+    left out)."""
+    blob = json.dumps(_hashed(obj), sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

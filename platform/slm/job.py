@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slm.config import load
+from slm.config import check_name, load
 from slm.corpus.config import CorpusConfig
 from slm.data.config import (
     ClusterConfig,
@@ -33,6 +33,9 @@ class RunConfig:
 
     name: str = "default"
     root: str = "runs"
+
+    def validate(self, prefix: str = "") -> None:
+        check_name(self.name, f"{prefix}name")  # one folder under root: never a path out of it
 
     @property
     def dir(self) -> Path:

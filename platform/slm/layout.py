@@ -97,8 +97,13 @@ class RunLayout:
     def config(self) -> Path:
         return self.dir / "config.yaml"
 
+    def invocation(self, stamp: str) -> Path:
+        """Every config the run directory was invoked with, kept (``config.yaml`` is the latest)."""
+        return self.dir / "configs" / f"{stamp}.yaml"
+
     @property
     def results(self) -> Path:
+        """Each stage's latest result, by stage: a run of some stages replaces only their entries."""
         return self.dir / "results.json"
 
     @property
@@ -159,6 +164,13 @@ class RunLayout:
 
     def specialized(self, domain: str, name: str) -> TrainOutput:
         return TrainOutput(self.dir / self.cfg.specialize.output / domain / name)
+
+    def tensorboard(self, stage: str, name: str) -> Path:
+        """A training run's TensorBoard events, ``tensorboard/<stage>/<name>`` beside the folder of its
+        stage's runs (the run directory; a sweep's own folder for its runs): point TensorBoard at that
+        ``tensorboard`` folder and its runs read ``pretrain/generic-d1-seed0``, ``specialize/legal/…``."""
+        runs = {"pretrain": self.cfg.pretrain.output, "specialize": self.cfg.specialize.output}[stage]
+        return (self.dir / runs).parent / "tensorboard" / stage / name
 
     @property
     def sweep(self) -> Path:

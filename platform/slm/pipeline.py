@@ -11,6 +11,7 @@ Data, torch, Ray Train and Tune, scikit-learn, matplotlib: seconds to import tog
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,7 @@ from slm.artifacts import atomic_write_json, atomic_write_text, write_manifest
 from slm.config import ConfigError, config_hash, dump_yaml
 from slm.job import JobConfig
 from slm.layout import MissingInputError, RunLayout, require
-from slm.runtime import PeakMemory, init_ray, shutdown_ray
+from slm.runtime import JOB_NAME_ENV, PeakMemory, init_ray, shutdown_ray
 
 Stage = Callable[[JobConfig, Path], dict]
 
@@ -206,6 +207,52 @@ def check_stages(cfg: JobConfig) -> None:
         raise ConfigError(f"config key 'stages': unknown stage(s) {unknown}; known stages: {list(STAGES)}")
     if not cfg.stages:
         raise ConfigError("config key 'stages': a job needs at least one stage")
+    check_domains(cfg)
+
+
+def check_domains(cfg: JobConfig) -> None:
+    """Every domain a job names exists in its corpus, checked before any stage runs (not when the stage
+    that reads it fails). A job that builds the bundled corpus first is checked against what it builds."""
+    from slm.corpus.config import BUNDLED_DOMAINS
+    from slm.corpus.layout import domains as corpus_domains
+
+    corpus = Path(cfg.corpus.dir).expanduser()
+    if "corpus" in cfg.stages:
+        known, where = set(BUNDLED_DOMAINS), "the bundled corpus"
+    elif (corpus / "domains").is_dir():
+        known, where = set(corpus_domains(corpus)), f"the corpus at {corpus}"
+    else:
+        return  # no corpus yet: the first stage that reads one says so
+    stages = set(cfg.stages)
+    named = []  # (key, domain) of the sections this job's stages read
+    if stages & {"embed"}:
+        named += [("embed.domains", d) for d in cfg.embed.domains]
+    if stages & {"histogram"}:
+        named += [("histogram.domains", d) for d in cfg.histogram.domains]
+    if stages & {"resample", "pack"}:
+        named += [("resample.domain", cfg.resample.domain)] + [("resample.domains", d) for d in cfg.resample.domains]
+    if "specialize" in stages and cfg.specialize.domain:
+        named += [("specialize.domain", cfg.specialize.domain)]
+    if "sweep" in stages:
+        named += [("sweep.domains", d) for d in cfg.sweep.domains]
+    for key, domain in named:
+        if domain not in known:
+            raise ConfigError(f"config key '{key}': no domain {domain!r} in {where} (its domains: {sorted(known)}; "
+                              "add one with `slm corpus import --domain`)")
+
+
+def stage_summary(result: dict) -> str:
+    """The few facts of a stage's result worth a log line: where its output is and its headline numbers
+    (a training stage's model and valid perplexity), not its whole manifest."""
+    shown = []
+    for key in ("output", "model", "tokenizer", "results", "stats", "documents", "windows", "rows", "tokens",
+                "vocab_size", "trials", "finished", "failed"):
+        if isinstance(result.get(key), str | int | float):
+            shown.append(f"{key} {result[key]}")
+    macro = (result.get("eval") or {}).get("macro") if isinstance(result.get("eval"), dict) else None
+    if macro:
+        shown.append(f"valid ppl {macro['perplexity']:.2f}")
+    return f": {'; '.join(shown)}" if shown else ""
 
 
 def run_job(cfg: JobConfig) -> dict[str, dict]:
@@ -215,7 +262,11 @@ def run_job(cfg: JobConfig) -> dict[str, dict]:
     run_dir = cfg.run.dir
     run_dir.mkdir(parents=True, exist_ok=True)
     layout = RunLayout.of(cfg)
-    atomic_write_text(layout.config, dump_yaml(cfg))
+    resolved = dump_yaml(cfg)
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{'-'.join(cfg.stages)}"
+    atomic_write_text(layout.invocation(stamp), resolved)
+    atomic_write_text(layout.config, resolved)
+    os.environ.setdefault(JOB_NAME_ENV, f"slm {cfg.run.name}: {' '.join(cfg.stages)}")
     print(f"[run] {cfg.run.name}: stages {cfg.stages}; outputs in {run_dir}", flush=True)
     results, resources = {}, {}
     try:
@@ -226,11 +277,12 @@ def run_job(cfg: JobConfig) -> dict[str, dict]:
                 results[name] = STAGES[name](cfg, run_dir)
             resources[name] = {"seconds": round(time.perf_counter() - started, 1), "peak_memory_gib": memory.peak_gib}
             print(f"[run] stage {name} done in {resources[name]['seconds']}s, peak memory "
-                  f"{memory.peak_gib} GiB", flush=True)
+                  f"{memory.peak_gib} GiB{stage_summary(results[name])}", flush=True)
     finally:
         shutdown_ray()
-        if resources:  # what each stage took; a rerun of some stages replaces just their entries
-            path = layout.stage_resources
-            atomic_write_json(path, {**(json.loads(path.read_text()) if path.exists() else {}), **resources})
-    atomic_write_json(layout.results, results)
+        # What each stage gave and took; a run of some stages replaces just their entries, so the run
+        # directory keeps every stage's latest (a stage that failed keeps its previous result).
+        for path, new in ((layout.stage_resources, resources), (layout.results, results)):
+            if new:
+                atomic_write_json(path, {**(json.loads(path.read_text()) if path.exists() else {}), **new})
     return results

@@ -8,13 +8,17 @@ CPU and the dashboard on 127.0.0.1.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import platform
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from slm.config import ConfigError
 
 
 @dataclass
@@ -27,18 +31,82 @@ class RayConfig:
     dashboard_host: str = "127.0.0.1"
     dashboard_port: int = 8265
 
+    def validate(self, prefix: str = "") -> None:
+        if self.num_cpus is not None and self.num_cpus < 1:
+            raise ConfigError(f"config key '{prefix}num_cpus': at least 1 (or null: every CPU), got {self.num_cpus}")
+        if not 1 <= self.dashboard_port <= 65535:
+            raise ConfigError(f"config key '{prefix}dashboard_port': a TCP port, 1-65535, got {self.dashboard_port}")
 
 
-def init_ray(cfg: RayConfig):
-    """Initialise Ray once per process according to ``cfg``; return the Ray context."""
+
+VERBOSE_ENV = "SLM_VERBOSE"
+JOB_NAME_ENV = "SLM_JOB_NAME"  # what `slm run` is running, for the dashboard (set by the pipeline)
+
+
+def verbose() -> bool:
+    """``slm -v``: libraries' progress output too (Ray Data's per-operator progress, Ray Train's reports)."""
+    return os.environ.get(VERBOSE_ENV) == "1"
+
+
+OUTPUT_ENV = (VERBOSE_ENV, "RAY_DEDUP_LOGS", "RAY_COLOR_PREFIX", "RAY_TRAIN_ENABLE_STATE_TRACKING",
+              "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "RAY_AIR_NEW_OUTPUT")
+
+
+def configure_output(verbose: bool = False) -> None:
+    """How a job's log reads; set before Ray is imported, which reads some of these at import time.
+
+    - Ray's log deduplication off: slm's progress lines differ only in their numbers, which is what Ray
+      folds, so a run's lines vanished into "[repeated 2x across cluster]".
+    - No ANSI colour codes around Ray's ``(pid=…)`` prefixes when the output is not a terminal.
+    - Ray Train's state tracking on, so that the dashboard's Train page lists the runs.
+    - Tune's own TensorBoard writer off (``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS``; the sweep asks for its
+      JSON and CSV results by name): each training run writes its own, once, under a short name.
+    - Tune's classic console output (``RAY_AIR_NEW_OUTPUT=0``): the new one ignores the sweep's table
+      (trial names and the method, budgets and perplexity columns) and prints the trial dict instead.
+    A variable the user set is left as it is.
+    """
+    os.environ[VERBOSE_ENV] = "1" if verbose else os.environ.get(VERBOSE_ENV, "0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    if not sys.stdout.isatty():
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+    os.environ.setdefault("RAY_TRAIN_ENABLE_STATE_TRACKING", "1")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+
+
+def private_auth_token(path: Path | None = None) -> bool:
+    """Ray's token file readable by its owner alone. Ray 2.60 writes ``~/.ray/auth_token`` mode 0644:
+    any local user could read it and drive the cluster. Returns whether the mode had to be fixed."""
+    path = path or Path(os.environ.get("RAY_AUTH_TOKEN_PATH", "~/.ray/auth_token")).expanduser()
+    if not path.is_file() or path.stat().st_mode & 0o077 == 0:
+        return False
+    path.chmod(0o600)
+    print(f"[ray] {path} was readable by other users: made it 0600", flush=True)
+    return True
+
+
+def init_ray(cfg: RayConfig, job_name: str | None = None):
+    """Initialise Ray once per process according to ``cfg``; return the Ray context. ``job_name`` is
+    what the dashboard's Jobs page shows for this driver (a submitted job has its submission's)."""
     import ray  # here, not at the top: the CLI's quick commands (config, corpus) never import Ray
+    from ray.job_config import JobConfig as RayJobConfig
 
     if ray.is_initialized():
         return ray.get_runtime_context()
+    configure_output(verbose())
+    private_auth_token()
     address = cfg.address or os.environ.get("RAY_ADDRESS")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    submitted = "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ  # under `ray job submit`: its metadata stands
+    job_name = job_name or os.environ.get(JOB_NAME_ENV)
+    # The output settings reach every worker (on a cluster too: workers do not inherit this process's env).
+    env = {k: os.environ[k] for k in OUTPUT_ENV if k in os.environ}
+    job_config = None if submitted else RayJobConfig(metadata={"job_name": job_name} if job_name else None,
+                                                     runtime_env={"env_vars": env})
+    if not verbose():  # "Started a local Ray instance. View the dashboard at …" in ANSI colours: the
+        logging.getLogger("ray._private.worker").setLevel(logging.WARNING)  # [ray] line below says it
     if address:
-        context = ray.init(address=address, log_to_driver=True)
+        context = ray.init(address=address, log_to_driver=True, job_config=job_config)
         where = f"connected to Ray at {address}"
     else:
         # address="local" always starts a fresh Ray, never a stale one recorded in a temp dir.
@@ -48,8 +116,12 @@ def init_ray(cfg: RayConfig):
             include_dashboard=cfg.include_dashboard,
             dashboard_host=cfg.dashboard_host,
             dashboard_port=cfg.dashboard_port,
+            job_config=job_config,
         )
         where = "started an embedded local Ray"
+    private_auth_token()  # before (a token from an earlier Ray) and after (one this start wrote)
+    if not verbose():  # Ray Data's execution plans and per-dataset statistics: INFO lines by the dozen
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
     url = getattr(context, "dashboard_url", None)
     print(f"[ray] {where}; {ray.cluster_resources().get('CPU', 0):.0f} CPUs"
           + (f"; dashboard http://{url}" if url else ""), flush=True)

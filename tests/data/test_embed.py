@@ -234,3 +234,37 @@ def test_compile_auto_on_cpu_only():
     assert resolve_compile(EmbedConfig(device="cuda")) == "never"  # measured on CPU only
     assert resolve_compile(EmbedConfig(compile="always", device="cuda")) == "always"
     assert resolve_compile(EmbedConfig(compile="never")) == "never"
+
+
+def test_a_planted_cache_file_is_never_unpickled(tmp_path, monkeypatch):
+    """Issue 19: the embedder's cache held a pickle loaded with weights_only=False, so anyone who could
+    write embed.cache_dir (shared storage on a cluster) ran code in the embedding actors. Only what this
+    machine exported (its hash recorded in the user's home) is loaded; anything else is exported afresh
+    to a local folder."""
+    import pickle
+
+    import torch
+
+    from slm.data import embedder as module
+    from slm.data.embed import resolve_dtype
+    from slm.data.embedder import SentenceEmbedder, export_key
+
+    monkeypatch.setattr(module, "TRUST_DIR", tmp_path / "trust")
+    monkeypatch.setattr(module, "LOCAL_EXPORTS", tmp_path / "local")
+    dtype = resolve_dtype("auto", "cpu")
+    cache = tmp_path / "shared"
+    settings = {"dtype": dtype, "device": "cpu", "max_tokens": 256, "cache_dir": str(cache)}
+    path = cache / f"{export_key(tokenizers.embedder_dir(), dtype, 'cpu', False, 1)}.pt"
+    path.parent.mkdir()
+    marker = tmp_path / "pwned"
+
+    class Planted:
+        def __reduce__(self):
+            return (marker.write_text, ("code ran",))
+
+    torch.save({"forward": Planted(), "inputs": []}, path, pickle_module=pickle)
+    embedder = SentenceEmbedder.load(tokenizers.embedder_dir(), **settings)
+    assert not marker.exists()
+    assert embedder.dimension() == 384 and list((tmp_path / "local").glob("*.pt"))
+    # the load looked at the planted file (nothing else was exported into the shared cache) and left it
+    assert [p.name for p in cache.glob("*.pt")] == [path.name]

@@ -6,6 +6,7 @@ resumes, recompiled in a new process (from Inductor's cache), to the same losses
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -53,9 +54,11 @@ def test_a_local_run_killed_resumes_from_its_own_checkpoint(train_run):
     m = pretrain(cfg, cfg.run.dir)
     assert m["steps"] == 400 and m["compiled"] and m["precision"] == ("bf16" if native_bf16("cpu") else "fp32")
     steps = [r["step"] for r in logged_rows(out)]
-    assert steps.count(resumed_from + 1) == 2 and steps[-1] == 400  # went back to its newest checkpoint
+    # went back to its newest checkpoint, and its log has each step once (the killed run's rows after the
+    # checkpoint were dropped when it resumed)
+    assert len(steps) == len(set(steps)) == 400 and steps[-1] == 400 and resumed_from < killed_at
     a = {r["step"]: r["loss"] for r in logged_rows(reference.run.dir / "checkpoints" / "local-reference")}
-    b = {r["step"]: r["loss"] for r in logged_rows(out)}  # the last row of each step: the resumed one
+    b = {r["step"]: r["loss"] for r in logged_rows(out)}
     # the same kernels on the same rows: equal in practice; the tolerance only allows for the order of a
     # reduction changing across a recompile
     for step in range(resumed_from + 1, 401):
@@ -63,3 +66,30 @@ def test_a_local_run_killed_resumes_from_its_own_checkpoint(train_run):
     final_a = load_file(reference.run.dir / "checkpoints" / "local-reference" / "model.safetensors")
     final_b = load_file(out / "model.safetensors")
     assert all((final_a[k] - final_b[k]).abs().max() < 1e-4 for k in final_a)
+
+
+def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_whole_one(train_run, capsys):
+    """Issue 19: a truncated newest trainer.pt failed every rerun ("checkpoint file is corrupted", no
+    path). Each checkpoint lists its files' sizes and hashes; a resume passes over one that does not
+    match, says so, and takes the newest whole one; the run then ends as an uninterrupted run does."""
+    overrides = train_overrides(train_run, "pretrain.train.num_workers=0", "pretrain.train.budget.steps=40",
+                                "pretrain.train.checkpoint_every=10", "pretrain.train.log_every=10",
+                                "pretrain.name=truncated")
+    cfg = load_job(None, overrides)
+    first = pretrain(cfg, cfg.run.dir)
+    out = cfg.run.dir / "checkpoints" / "truncated"
+    (folder,) = (out / "local_train").iterdir()
+    assert sorted(p.name for p in folder.iterdir()) == ["step-00000030", "step-00000040"]
+    assert json.loads((folder / "step-00000040" / "files-0.json").read_text())["trainer.pt"]["bytes"] > 0
+    trainer = folder / "step-00000040" / "trainer.pt"
+    trainer.write_bytes(trainer.read_bytes()[: trainer.stat().st_size // 2])  # cut short, as by a full disk
+    (out / "manifest.json").unlink()  # the run is not finished: it must resume
+    weights = load_file(out / "model.safetensors")
+    capsys.readouterr()
+    again = pretrain(cfg, cfg.run.dir)
+    said = capsys.readouterr().out
+    assert "resuming from step-00000030" in said and "step-00000040: trainer.pt is" in said, said
+    assert "resumed at step 30" in said and again["steps"] == 40
+    assert again["final_loss"] == pytest.approx(first["final_loss"], abs=1e-4)
+    resumed = load_file(out / "model.safetensors")
+    assert all((weights[k] - resumed[k]).abs().max() < 1e-4 for k in weights)

@@ -254,6 +254,18 @@ def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_
     second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert "resuming" in second.stdout
+    # Legible output (issue 18): Tune's trials and their folders carry the sweep's trial names, its table
+    # their method and budgets; one TensorBoard run per training run, short-named, and none of Tune's;
+    # no ANSI codes and no Ray log folding in a redirected log.
+    first_log = log.read_text()
+    assert "\x1b[" not in first_log + second.stdout and "repeated" not in first_log + second.stdout
+    assert "generic-tiny-p10-t3200-s5-seed0" in second.stdout and "valid ppl" in second.stdout
+    waves = [p for p in (out / "tune").iterdir() if p.is_dir() and p.name.startswith("tiny-w")]
+    assert any((wave / "generic-tiny-p10-t3200-s5-seed0").is_dir() for wave in waves), waves
+    tensorboard = sorted(p.parent.relative_to(out / "tensorboard").as_posix()
+                         for p in (out / "tensorboard").rglob("events.out.tfevents.*"))
+    assert "pretrain/generic-tiny-seed0" in tensorboard and "specialize/legal/generic-tiny-p10-t3200-s5-seed0" in tensorboard
+    assert not list((out / "tune").rglob("events.out.tfevents.*"))
     started = [json.loads(line)["trial"] for line in (out / "trials.log").read_text().splitlines()]
     started_second = started[len(started_first):]
     assert not set(finished_before_kill) & set(started_second), (finished_before_kill, started_second)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from slm.config import ConfigError, check_name
+
 BUNDLED_DOMAINS = ["code", "legal", "medical", "math", "techdocs", "literature"]
 
 
@@ -27,3 +29,13 @@ class CorpusConfig:
     valid_fraction: float = 0.05
     shard_docs: int = 4096
     workers: int = 2  # processes that extract sources in parallel
+
+    def validate(self, prefix: str = "") -> None:
+        for name in ("page_chars", "max_doc_chars", "shard_docs", "workers"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"config key '{prefix}{name}': must be at least 1, got {getattr(self, name)}")
+        for name in ("dictionary_cap", "valid_fraction"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"config key '{prefix}{name}': must be in [0, 1], got {getattr(self, name)}")
+        for domain in self.domains:
+            check_name(domain, f"{prefix}domains")

@@ -82,8 +82,15 @@ class SentenceEmbedder:
         CPU threads, or eager) from ``cache_dir``, exported there first if this machine has not yet."""
         suffix = ".aoti.pt2" if compiled else ".pt"
         path = Path(cache_dir).expanduser() / f"{export_key(model_path, dtype, device, compiled, threads)}{suffix}"
+        export_once(model_path, dtype=dtype, device=device, path=path, compiled=compiled, threads=threads)
+        if not trusted(path):
+            # Loading runs code (a pickled graph module, or a compiled library): only what this machine
+            # wrote. A cache shared with other machines serves them its own exports, never theirs.
+            local = LOCAL_EXPORTS / path.name
+            print(f"[embed] {path} was not written by this machine: not loaded; exporting to {local}", flush=True)
+            path = local
+            export_once(model_path, dtype=dtype, device=device, path=path, compiled=compiled, threads=threads)
         settings = {"dtype": dtype, "device": device, "path": path, "compiled": compiled, "threads": threads}
-        export_once(model_path, **settings)
         try:
             forward, inputs = _load_program(path, compiled)
         except Exception as error:  # a damaged cache file (a full disk, a hand copy): export it anew
@@ -145,6 +152,31 @@ def export_once(model_path: str | Path, *, dtype: str, device: str, path: Path, 
         if not path.exists():  # not written meanwhile by the process that held the lock
             export_sentence_transformer(model_path, dtype=dtype, device=device, path=path, compiled=compiled,
                                         threads=threads)
+            vouch(path)
+
+
+# What this machine exported, by content hash: kept in the user's home on this machine, never in
+# embed.cache_dir (which a cluster may share, and anyone who can write there could plant a file).
+TRUST_DIR = Path("~/.cache/slm/trusted-exports").expanduser()
+LOCAL_EXPORTS = Path("~/.cache/slm/embedders-local").expanduser()
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def vouch(path: Path) -> None:
+    """Record that this machine wrote ``path`` (as it is now)."""
+    TRUST_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (TRUST_DIR / _file_sha256(path)).write_text(str(path))
+
+
+def trusted(path: Path) -> bool:
+    return (TRUST_DIR / _file_sha256(path)).is_file()
 
 
 def export_sentence_transformer(model_path: str | Path, *, dtype: str, device: str, path: Path,

@@ -13,22 +13,34 @@ this is entered before the datasets are made.
 from __future__ import annotations
 
 import contextlib
+import sys
 
 from ray.data.context import DataContext, ShuffleStrategy
+from ray.util.debug import log_once
+
+from slm.runtime import verbose
 
 
 @contextlib.contextmanager
 def reproducible_execution():
-    """Blocks in their input's order, and the sort-based shuffle.
+    """Blocks in their input's order, the sort-based shuffle, and quiet progress in logs.
 
     The shuffle: Ray 2.60's default (SHUFFLE_V2) failed on the full corpus's resampled sets, a reducer
     joining a block with no columns to real ones ("Schema at index 1 was different"); the sort-based
     one does not, and its reducers merge their inputs in a fixed order."""
     context = DataContext.get_current()
-    saved = context.shuffle_strategy, context.execution_options.preserve_order
+    saved = (context.shuffle_strategy, context.execution_options.preserve_order, context.enable_progress_bars,
+             context.enable_operator_progress_bars)
     context.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
     context.execution_options.preserve_order = True
+    # Progress: a bar on a terminal; in a log (where Ray Data writes every operator's state every 10 s,
+    # most of a job's log) nothing but the stages' own lines, unless `slm -v`.
+    context.enable_progress_bars = verbose() or sys.stdout.isatty()
+    context.enable_operator_progress_bars = verbose()
+    if not context.enable_progress_bars:  # spend Ray Data's once-per-process "Progress bars disabled" warning
+        log_once("ray_data_progress_manager_disabled")
     try:
         yield
     finally:
-        context.shuffle_strategy, context.execution_options.preserve_order = saved
+        (context.shuffle_strategy, context.execution_options.preserve_order, context.enable_progress_bars,
+         context.enable_operator_progress_bars) = saved

@@ -23,12 +23,24 @@ from ray.data.expressions import col
 
 from slm.artifacts import atomic_path, write_manifest
 from slm.data import tokenizers
+from slm.data.bpe import EOT
 from slm.data.execution import reproducible_execution
+
+
+def pack_texts(tok, texts: list[str], seq_len: int) -> np.ndarray:
+    """Texts in this order, tokenized, each followed by ``<|endoftext|>``, cut into rows of ``seq_len + 1``
+    tokens (uint16 when the vocabulary allows); the tail shorter than a row is dropped."""
+    eot = tok.token_to_id(EOT)
+    ids = [np.asarray(e.ids, dtype=np.int64) for e in tok.encode_batch(texts, add_special_tokens=False)]
+    stream = np.concatenate([np.append(i, eot) for i in ids]) if ids else np.zeros(0, np.int64)
+    row = seq_len + 1
+    n_rows = len(stream) // row
+    dtype = np.uint16 if tok.get_vocab_size() <= 65536 else np.int32
+    return stream[: n_rows * row].astype(dtype).reshape(n_rows, row)
 
 
 def _pack_group(batch: pa.Table, tokenizer: str, seq_len: int) -> pa.Table:
     tok = tokenizers.load(tokenizer)
-    eot = tok.token_to_id("<|endoftext|>")
     texts = batch.column("text").to_pylist()
     if batch.num_rows:
         # The group's windows in an order that is a function of the windows alone: sorted by id, then a
@@ -40,16 +52,12 @@ def _pack_group(batch: pa.Table, tokenizer: str, seq_len: int) -> pa.Table:
         order = np.random.default_rng(seed).permutation(len(ids))
         by_id = sorted(range(len(ids)), key=ids.__getitem__)
         texts = [texts[by_id[i]] for i in order]
-    ids = [np.asarray(e.ids, dtype=np.int64) for e in tok.encode_batch(texts, add_special_tokens=False)]
-    stream = np.concatenate([np.append(i, eot) for i in ids]) if ids else np.zeros(0, np.int64)
-    row = seq_len + 1
-    n_rows = len(stream) // row
-    dtype = np.uint16 if tok.get_vocab_size() <= 65536 else np.int32
-    tokens = stream[: n_rows * row].astype(dtype).reshape(n_rows, row)
+    tokens = pack_texts(tok, texts, seq_len)
+    n_rows = len(tokens)
     first = {k: batch.column(k)[0].as_py() for k in ("domain", "coarse", "leaf")} if batch.num_rows else {}
-    arrow_type = pa.uint16() if dtype == np.uint16 else pa.int32()
+    arrow_type = pa.uint16() if tokens.dtype == np.uint16 else pa.int32()
     return pa.table({
-        "tokens": pa.FixedSizeListArray.from_arrays(pa.array(tokens.reshape(-1), arrow_type), row),
+        "tokens": pa.FixedSizeListArray.from_arrays(pa.array(tokens.reshape(-1), arrow_type), seq_len + 1),
         "domain": pa.array([first.get("domain")] * n_rows, pa.string()),
         "coarse": pa.array([first.get("coarse")] * n_rows, pa.int32()),
         "leaf": pa.array([first.get("leaf")] * n_rows, pa.int32()),

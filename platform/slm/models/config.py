@@ -8,6 +8,8 @@ from typing import Literal
 
 from slm.config import ConfigError
 
+MAX_DEPTH = 64  # nanochat's dial: width 64·depth; past this no run here or on a cluster is sane
+
 
 @dataclass
 class ModelConfig:
@@ -24,6 +26,9 @@ class ModelConfig:
     soup_experts_on: Literal["all", "mlp"] = "all"
 
     def validate(self, prefix: str = "") -> None:
+        if self.depth > MAX_DEPTH:
+            raise ConfigError(f"config key '{prefix}depth': at most {MAX_DEPTH} (depth {MAX_DEPTH} is already "
+                              f"{MAX_DEPTH} layers of width {64 * MAX_DEPTH}, ~13B parameters), got {self.depth}")
         for name in ("n_experts", "depth"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"config key '{prefix}{name}': must be ≥ 0, got {getattr(self, name)}")

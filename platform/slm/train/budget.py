@@ -48,6 +48,22 @@ def exhausted(budget: BudgetConfig, p: Progress) -> str | None:
     return None
 
 
+def spent(budget: BudgetConfig, p: Progress) -> tuple[float, str]:
+    """How much of the budget ``p`` has used (0..1, of the limit nearest to being reached) and the
+    progress in that limit's unit ("1200/4000 steps", "3.1e+13/5e+13 FLOPs")."""
+    best = (0.0, "")
+    for name, unit in (("steps", "steps"), ("tokens", "tokens"), ("flops", "FLOPs"), ("device_seconds", "device-s")):
+        limit = getattr(budget, name)
+        if not limit:
+            continue
+        done = getattr(p, {"steps": "step"}.get(name, name))
+        fraction = min(1.0, done / limit)
+        if fraction >= best[0]:
+            shown = f"{done}/{limit}" if name in ("steps", "tokens") else f"{done:.3g}/{limit:.3g}"
+            best = (fraction, f"{shown} {unit}")
+    return best
+
+
 def horizon_steps(budget: BudgetConfig, tokens_per_step: int, flops_per_step: float) -> int | None:
     """The step count the LR schedule decays over: the tightest budget that can be converted to steps
     (a device-seconds budget cannot: alone, it gets a constant LR after warm-up)."""

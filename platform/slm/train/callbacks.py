@@ -10,16 +10,19 @@ requires it), with a checkpoint attached when one is due.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from slm.artifacts import atomic_write_json
+from slm.artifacts import atomic_write_json, atomic_write_text
 from slm.layout import TrainOutput
+from slm.train.budget import exhausted, spent
 
 
 class Callback:
@@ -52,49 +55,166 @@ class Throughput(Callback):
         self._t, self._tokens, self._flops = p.device_seconds, p.tokens, p.flops
 
 
-class MetricsLogger(Callback):
-    """Rank 0: ``metrics.jsonl`` and TensorBoard event files under the run's output folder."""
+def is_logged_step(loop, metrics: dict) -> bool:
+    """Rank 0 logs every ``log_every`` steps and every evaluation (the learning curves are read from it)."""
+    return loop.rank == 0 and (is_log_step(loop) or "eval.macro.loss" in metrics)
 
-    def __init__(self, output: TrainOutput):
-        self.output = output
+
+# Our metric names → the tags trackers show: the conventions of TensorBoard, MLflow and W&B dashboards.
+TAGS = {"loss": "train/loss", "ce": "train/ce", "kd": "train/kd", "omega": "train/kd_weight", "lr": "train/lr",
+        "grad_norm": "train/grad_norm", "tokens_per_s": "perf/tokens_per_s", "mfu": "perf/mfu",
+        "tokens": "progress/tokens", "flops": "progress/flops", "device_seconds": "progress/device_seconds"}
+EVAL_TAGS = {"perplexity": "ppl", "loss": "loss", "accuracy": "accuracy"}
+
+
+def tracker_metrics(metrics: dict) -> dict[str, float]:
+    """A step's metrics under their trackers' tags (``train/loss``, ``eval/<domain>/ppl``, …)."""
+    out = {}
+    for key, value in metrics.items():
+        if not isinstance(value, int | float):
+            continue
+        if key in TAGS:
+            out[TAGS[key]] = float(value)
+        elif key.startswith("eval."):
+            _, domain, name = key.split(".", 2)
+            out[f"eval/{domain}/{EVAL_TAGS.get(name, name)}"] = float(value)
+    return out
+
+
+class MetricsLogger(Callback):
+    """Rank 0: ``metrics.jsonl`` in the run's folder (always: the platform reads it) and, when
+    ``train.loggers`` has it, TensorBoard event files (``tensorboard``: the run's folder in the run
+    directory's TensorBoard logdir, else ``logs/tensorboard`` in its folder)."""
+
+    def __init__(self, output: TrainOutput, tensorboard: str = "", enabled: bool = True):
+        self.output, self.tensorboard = output, tensorboard or str(output.tensorboard)
+        self.enabled = enabled
 
     def on_train_start(self, loop) -> None:
         if loop.rank != 0:
             return
-
         self.output.logs.mkdir(parents=True, exist_ok=True)
+        self._truncate(loop.progress.step)
         self.jsonl = open(self.output.metrics, "a")  # noqa: SIM115 (open for the whole run)
-        self.tb = SummaryWriter(str(self.output.tensorboard))
+        self.tb = SummaryWriter(self.tensorboard) if self.enabled else None
 
-    def _write(self, metrics: dict) -> None:
-        self.jsonl.write(json.dumps(metrics) + "\n")
-        self.jsonl.flush()
-        for key, value in metrics.items():
-            if isinstance(value, int | float) and key not in ("step", "wall_time"):
-                self.tb.add_scalar(key.replace(".", "/"), value, metrics["step"])
-        self.tb.flush()
+    def _truncate(self, step: int) -> None:
+        """A resumed run logs from its checkpoint's step on: the rows an interrupted run wrote after it
+        go (and a line cut short by the interruption), so that the log has each step once."""
+        path = self.output.metrics
+        if not path.exists():
+            return
+        kept, dropped = [], 0
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                dropped += 1
+                continue
+            if row.get("step", 0) <= step:
+                kept.append(line)
+            else:
+                dropped += 1
+        if dropped:
+            atomic_write_text(path, "".join(line + "\n" for line in kept))
 
     def on_step_end(self, loop, metrics: dict) -> None:
-        # an evaluation's step is logged whatever the interval: the learning curves are read from here
-        if loop.rank == 0 and (is_log_step(loop) or "eval.macro.loss" in metrics):
-            self._write(metrics)
+        if not is_logged_step(loop, metrics):
+            return
+        self.jsonl.write(json.dumps(metrics) + "\n")
+        self.jsonl.flush()
+        if self.tb is not None:
+            for tag, value in tracker_metrics(metrics).items():
+                self.tb.add_scalar(tag, value, metrics["step"])
+            self.tb.flush()
 
     def on_train_end(self, loop, metrics: dict) -> None:
         if loop.rank == 0:
             self.jsonl.close()
-            self.tb.close()
+            if self.tb is not None:
+                self.tb.close()
+
+
+class Trackers(Callback):
+    """Rank 0: the run in MLflow and / or W&B (``train.loggers``), with the trackers' tags, its config as
+    parameters and its name as the run name. A resumed run continues the same tracker run (its id is
+    kept in ``logs/``)."""
+
+    def __init__(self, names: list[str], tracking, run_name: str, params: dict):
+        self.names, self.tracking, self.run_name, self.params = names, tracking, run_name, params
+
+    def on_train_start(self, loop) -> None:
+        if loop.rank != 0:
+            return
+        logs = loop.output.logs
+        logs.mkdir(parents=True, exist_ok=True)
+        if "mlflow" in self.names:
+            import mlflow
+
+            if self.tracking.mlflow_uri.startswith("file:"):
+                # MLflow 3 keeps its file store in "maintenance mode" behind this opt-in: a local store
+                # needs no server and no database package (mlflow-skinny has none).
+                os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            mlflow.set_tracking_uri(self.tracking.mlflow_uri)
+            mlflow.set_experiment(self.tracking.experiment)
+            id_file = logs / "mlflow_run_id"
+            run = mlflow.start_run(run_id=id_file.read_text().strip() if id_file.exists() else None,
+                                   run_name=self.run_name)
+            if not id_file.exists():
+                id_file.write_text(run.info.run_id)
+                mlflow.log_params(self.params)
+        if "wandb" in self.names:
+            import wandb
+
+            id_file = logs / "wandb_run_id"
+            run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:12]
+            id_file.write_text(run_id)
+            self.wandb = wandb.init(project=self.tracking.experiment, name=self.run_name, id=run_id,
+                                    resume="allow", dir=str(logs), mode=self.tracking.wandb_mode,
+                                    config=self.params, settings=wandb.Settings(silent=True))
+            sys.stdout.write(f"[train] {self.run_name}: W&B run {run_id} ({self.tracking.wandb_mode}) in "
+                             f"{self.wandb.dir}\n")
+
+    def on_step_end(self, loop, metrics: dict) -> None:
+        if not is_logged_step(loop, metrics):
+            return
+        tagged = tracker_metrics(metrics)
+        if "mlflow" in self.names:
+            import mlflow
+
+            mlflow.log_metrics(tagged, step=metrics["step"])
+        if "wandb" in self.names:
+            self.wandb.log(tagged, step=metrics["step"])
+
+    def on_train_end(self, loop, metrics: dict) -> None:
+        if loop.rank != 0:
+            return
+        if "mlflow" in self.names:
+            import mlflow
+
+            mlflow.end_run()
+        if "wandb" in self.names:
+            self.wandb.finish()
 
 
 class ProgressPrinter(Callback):
-    """Rank 0: one line per logging interval in the job log."""
+    """Rank 0: one plain line per logging interval — the step against the budget, its percentage, loss,
+    throughput, MFU and the time left at the run's pace so far — and a summary when the run ends (where
+    the model is, its valid perplexity, the wall time). Plain lines, no bars: a worker's output is a log
+    file or a Ray driver's relay, never a terminal."""
 
     def __init__(self, name: str):
         self.name = name
 
+    def on_train_start(self, loop) -> None:
+        self._started, self._from_step = time.perf_counter(), loop.progress.step
+        self._from_fraction = spent(loop.train.budget, loop.progress)[0]
+
     def on_step_end(self, loop, metrics: dict) -> None:
         if loop.rank != 0 or not is_log_step(loop):
             return
-        parts = [f"[train] {self.name} step {metrics['step']}", f"loss {metrics['loss']:.4f}"]
+        fraction, done = spent(loop.train.budget, loop.progress)
+        parts = [f"[train] {self.name} {done} ({100 * fraction:.0f}%)", f"loss {metrics['loss']:.4f}"]
         if "kd" in metrics:
             parts.append(f"kd {metrics['kd']:.4f} ω {metrics['omega']:.3f}")
         parts.append(f"lr {metrics['lr']:.2e}")
@@ -102,10 +222,33 @@ class ProgressPrinter(Callback):
             parts.append(f"{metrics['tokens_per_s']:.0f} tok/s mfu {100 * metrics['mfu']:.1f}%")
         if "eval.macro.perplexity" in metrics:
             parts.append(f"valid ppl {metrics['eval.macro.perplexity']:.2f}")
+        elapsed, progressed = time.perf_counter() - self._started, fraction - self._from_fraction
+        if progressed > 0 and fraction < 1:
+            parts.append(f"ETA {format_seconds(elapsed * (1 - fraction) / progressed)}")
         # Not print(): Ray Train patches it to go to its logger *and*, with stdout redirected as in a
         # Ray worker, to stdout too, so each line reached the job log twice.
         sys.stdout.write(" | ".join(parts) + "\n")
         sys.stdout.flush()
+
+    def on_train_end(self, loop, metrics: dict) -> None:
+        if loop.rank != 0:
+            return
+        result = loop.last_eval or {}
+        ppl = ", ".join(f"{d} {r['perplexity']:.2f}" for d, r in result.items())
+        sys.stdout.write(f"[train] {self.name} done: {loop.progress.step - self._from_step} steps in "
+                         f"{format_seconds(time.perf_counter() - self._started)} (step {loop.progress.step}, "
+                         f"stopped by {exhausted(loop.train.budget, loop.progress) or 'resume'}); "
+                         f"valid ppl {ppl or 'not evaluated'}; model {loop.output.model}\n")
+        sys.stdout.flush()
+
+
+def format_seconds(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 class Evaluator(Callback):

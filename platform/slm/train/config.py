@@ -9,7 +9,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Literal
 
-from slm.config import ConfigError
+from slm.config import NOT_HASHED, ConfigError
 from slm.models.config import ModelConfig
 
 
@@ -24,6 +24,19 @@ class OptimConfig:
     beta1: float = 0.9
     beta2: float = 0.95
     grad_clip: float = 1.0  # 0: off
+
+    def validate(self, prefix: str = "") -> None:
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"config key '{prefix}lr': must be a positive number, got {self.lr}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError(f"config key '{prefix}min_lr_ratio': must be in [0, 1], got {self.min_lr_ratio}")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(f"config key '{prefix}{name}': must be in [0, 1), got {getattr(self, name)}")
+        for name in ("warmup_steps", "weight_decay", "grad_clip"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"config key '{prefix}{name}': must be ≥ 0, got {value}")
 
 
 @dataclass
@@ -43,6 +56,9 @@ class BudgetConfig:
     def validate(self, prefix: str = "") -> None:
         values = {"steps": self.steps, "tokens": self.tokens, "flops": self.flops,
                   "device_seconds": self.device_seconds}
+        bad = [k for k, v in values.items() if not math.isfinite(v)]
+        if bad:
+            raise ConfigError(f"config key '{prefix}{bad[0]}': a budget must be a finite number, got {values[bad[0]]}")
         negative = [k for k, v in values.items() if v < 0]
         if negative:
             raise ConfigError(f"config key '{prefix}{negative[0]}': a budget cannot be negative")
@@ -87,6 +103,20 @@ class SelectionConfig:
             raise ConfigError(f"config key '{prefix}topk': must be at least 1, got {self.topk}")
 
 
+LOGGERS = ("tensorboard", "mlflow", "wandb")
+
+
+@dataclass
+class TrackingConfig:
+    """Where the ``train.loggers`` beyond TensorBoard send a run: MLflow's tracking URI (default: a file
+    store, ``mlruns`` in the run directory) and experiment; W&B's project (the same name) and mode
+    (offline: files under the run's ``logs/``, which ``wandb sync`` uploads later)."""
+
+    experiment: str = "slm"
+    mlflow_uri: str = ""
+    wandb_mode: Literal["offline", "online"] = "offline"
+
+
 @dataclass
 class TrainConfig:
     """How a run trains: workers, strategy, batch, optimizer, budget, and the callbacks' intervals."""
@@ -122,8 +152,16 @@ class TrainConfig:
     # Per device, what MFU divides by. auto: the precision's peak on this device (a table for known GPUs,
     # else a matmul probe measured once per machine and cached). A number overrides it.
     peak_flops: float | Literal["auto"] = "auto"
+    # Where the metrics go besides metrics.jsonl (always written): any of tensorboard, mlflow, wandb, with
+    # standard tags (train/loss, eval/<domain>/ppl, …). Neither changes what a run computes: not hashed.
+    loggers: list[str] = field(default_factory=lambda: ["tensorboard"], metadata=NOT_HASHED)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig, metadata=NOT_HASHED)
 
     def validate(self, prefix: str = "") -> None:
+        unknown = [name for name in self.loggers if name not in LOGGERS]
+        if unknown:
+            raise ConfigError(f"config key '{prefix}loggers': unknown logger {unknown[0]!r}; "
+                              f"choose from {list(LOGGERS)}")
         if self.peak_flops != "auto" and not (self.peak_flops > 0 and math.isfinite(self.peak_flops)):
             raise ConfigError(f"config key '{prefix}peak_flops': must be 'auto' or a positive number, "
                               f"got {self.peak_flops}")
@@ -131,9 +169,17 @@ class TrainConfig:
             raise ConfigError(f"config key '{prefix}zero_stage': must be 1, 2 or 3, got {self.zero_stage}")
         if self.num_workers < 0:
             raise ConfigError(f"config key '{prefix}num_workers': must be ≥ 0, got {self.num_workers}")
-        for name in ("batch_size", "log_every", "torch_threads"):
+        for name in ("batch_size", "log_every", "torch_threads", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"config key '{prefix}{name}': must be at least 1, got {getattr(self, name)}")
+        for name in ("checkpoint_every", "report_every", "eval_every", "eval_tokens"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"config key '{prefix}{name}': must be ≥ 0 (0: off), got {getattr(self, name)}")
+        if self.max_failures < -1:
+            raise ConfigError(f"config key '{prefix}max_failures': must be ≥ 0, or -1 for no limit, "
+                              f"got {self.max_failures}")
+        if not (math.isfinite(self.cpus_per_worker) and self.cpus_per_worker > 0):
+            raise ConfigError(f"config key '{prefix}cpus_per_worker': must be positive, got {self.cpus_per_worker}")
         if self.strategy == "deepspeed" and self.num_workers == 0:
             raise ConfigError(f"config key '{prefix}strategy': deepspeed needs num_workers ≥ 1")
 

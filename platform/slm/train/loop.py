@@ -13,6 +13,8 @@ never read the job's YAML.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import resource
 import time
 from pathlib import Path
@@ -24,8 +26,9 @@ import torch.distributed as dist
 from slm.artifacts import atomic_write_json
 from slm.data.samplers import UniformSampler
 from slm.layout import TrainOutput
+from slm.runtime import verbose
 from slm.train import callbacks as cb
-from slm.train import hardware
+from slm.train import hardware, integrity
 from slm.train.budget import Progress, exhausted
 from slm.train.data import PackedArrays
 from slm.train.module import TrainModule
@@ -58,8 +61,12 @@ class TrainLoop:
         self.last_eval: dict | None = None
         self.callbacks: list[cb.Callback] = [
             cb.Throughput(), cb.Evaluator(), cb.Snapshotter(spec.snapshot_steps), cb.Checkpointer(),
-            cb.MetricsLogger(self.output), cb.ProgressPrinter(spec.name),
+            cb.MetricsLogger(self.output, spec.tensorboard, "tensorboard" in self.train.loggers),
+            cb.ProgressPrinter(spec.name),
         ]
+        trackers = [name for name in self.train.loggers if name != "tensorboard"]
+        if trackers:
+            self.callbacks.append(cb.Trackers(trackers, self.train.tracking, spec.name, run_params(spec)))
 
     # ------------------------------------------------------------------------------------ what callbacks use
 
@@ -83,6 +90,7 @@ class TrainLoop:
     # ------------------------------------------------------------------------------------ state
 
     def save_state(self, folder: Path) -> None:
+        before = integrity.files_under(folder)
         self.module.save(folder, self.rank)
         worker = {"rng": torch.get_rng_state()}
         if self.rank == 0:
@@ -91,6 +99,7 @@ class TrainLoop:
             if self.kd_sampler is not None:
                 np.save(folder / "selection.npy", self.kd_sampler.rows)
         torch.save(worker, folder / f"worker-{self.rank}.pt")
+        integrity.write_list(folder, self.rank, integrity.files_under(folder) - before)  # last: it vouches for them
 
     def load_state(self, folder: Path) -> None:
         self.module.load(folder)
@@ -202,12 +211,31 @@ class TrainLoop:
         return summary
 
 
+def run_params(spec: WorkerSpec) -> dict:
+    """What a tracker shows as the run's parameters: the method, the model's shape and the training
+    settings, flattened (``optim.lr``, ``budget.steps``)."""
+    params = {"method": spec.arch["method"], "config_key": spec.config_key,
+              **{f"model.{k}": v for k, v in spec.arch["gpt"].items()}}
+    for key, value in dataclasses.asdict(spec.train).items():
+        if isinstance(value, dict):
+            params.update({f"{key}.{k}": v for k, v in value.items()})
+        elif key != "loggers":
+            params[key] = value
+    return params
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def train_worker(config: dict) -> None:
     """The function ``TorchTrainer`` runs on every worker (its ``train_loop_config``: ``{"spec": …}``)."""
+    if not verbose():
+        # Ray Train logs every report at INFO, with the whole metrics dict, from every rank: the progress
+        # lines say it once per interval. Its logger is named by its file's path (ray 2.60).
+        from ray.train.v2._internal.execution import context
+
+        logging.getLogger(context.__file__).setLevel(logging.WARNING)
     TrainLoop(config["spec"], RayTrainSession()).fit()
 
 

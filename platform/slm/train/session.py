@@ -25,6 +25,8 @@ from pathlib import Path
 import ray.train
 import ray.tune
 
+from slm.train import integrity
+
 
 class RayTrainSession:
     """The loop as a Ray Train worker."""
@@ -35,12 +37,24 @@ class RayTrainSession:
 
     @contextlib.contextmanager
     def resume_from(self) -> Iterator[Path | None]:
+        """Ray Train's latest checkpoint, or (when it is not whole) the newest whole one beside it in the
+        run's storage (``slm.train.integrity``)."""
         checkpoint = ray.train.get_checkpoint()
         if checkpoint is None:
             yield None
             return
+        latest = Path(checkpoint.path)
+        if latest.is_dir() and integrity.problem(latest) is not None:  # local (or mounted) storage
+            siblings = sorted(p for p in latest.parent.iterdir() if p.is_dir() and _STEP.fullmatch(p.name)
+                              and p.name <= latest.name)
+            yield integrity.newest_whole(siblings, self._log)
+            return
         with checkpoint.as_directory() as folder:
             yield Path(folder)
+
+    def _log(self, message: str) -> None:
+        if self.rank == 0:
+            print(f"[train] {message}", flush=True)
 
     def report(self, metrics: dict, checkpoint: Path | None = None, step: int = 0) -> None:
         """Metrics alone go through a background thread (a synchronous report waits for the controller's
@@ -76,11 +90,11 @@ class LocalSession:
 
     @contextlib.contextmanager
     def resume_from(self) -> Iterator[Path | None]:
+        """The newest whole checkpoint (``slm.train.integrity``), saying which were passed over."""
         if self.folder.exists():  # a checkpoint being copied when the process was killed
             for partial in self.folder.glob(".step-*.tmp-*"):
                 shutil.rmtree(partial, ignore_errors=True)
-        found = self.checkpoints()
-        yield found[-1] if found else None
+        yield integrity.newest_whole(self.checkpoints(), lambda m: print(f"[train] {m}", flush=True))
 
     def report(self, metrics: dict, checkpoint: Path | None = None, step: int = 0) -> None:
         if checkpoint is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from slm.config import NOT_HASHED
 from slm.models.config import ModelConfig
 from slm.train.config import LoraConfig, SelectionConfig, TeacherConfig, TrainConfig
 
@@ -36,3 +37,6 @@ class WorkerSpec:
     init: str = ""  # specialization: the instantiated dense model it starts from
     init_sha: str = ""  # … and its hash, so a changed starting point is a new run
     rows: str = ""  # specialization: the in-domain subset (row indices into ``data``)
+    # Where its TensorBoard events go (RunLayout.tensorboard: one logdir per run directory or sweep, the
+    # run's short name under it); empty: ``logs/tensorboard`` in the run's folder.
+    tensorboard: str = field(default="", metadata=NOT_HASHED)

@@ -154,6 +154,15 @@ def _run(kind: str, spec: WorkerSpec, output: TrainOutput, ray_cfg: RayConfig, e
     return write_manifest(out, manifest)
 
 
+def _tracked(train: TrainConfig, run_dir: Path) -> TrainConfig:
+    """MLflow's default store: a file store, ``mlruns/`` in the run directory (absolute: workers run
+    elsewhere). A tracking server or database is a ``tracking.mlflow_uri`` away (docs/usage.md)."""
+    if "mlflow" not in train.loggers or train.tracking.mlflow_uri:
+        return train
+    uri = (run_dir / "mlruns").expanduser().resolve().as_uri()
+    return dataclasses.replace(train, tracking=dataclasses.replace(train.tracking, mlflow_uri=uri))
+
+
 def _teacher(teacher: TeacherConfig) -> TeacherConfig:
     """The teacher section for the workers, its checkpoint path made absolute (workers run elsewhere)."""
     if not teacher.checkpoint:
@@ -190,11 +199,13 @@ def pretrain(cfg: JobConfig, run_dir: Path) -> dict:
     arch = method.architecture(gpt_config(p.model, vocab_size(run_dir, cfg), seq_len), p.model, n_clusters)
     output = RunLayout.of(cfg).pretrained(p.run_name)
     check_precision(p.train, "pretrain", cfg)
-    spec = WorkerSpec(name=p.run_name, config_key="pretrain.train", output=str(output.dir.resolve()), train=p.train,
+    spec = WorkerSpec(name=p.run_name, config_key="pretrain.train", output=str(output.dir.resolve()),
+                      train=_tracked(p.train, run_dir),
                       arch=arch, data=str(data), valid=valid_sets(run_dir, cfg, list(cfg.corpus.domains)),
                       model=p.model, teacher=_teacher(p.teacher), selection=p.selection,
                       snapshot_steps=sorted(p.snapshot_steps),
-                      domain_h=coarse_histograms(run_dir, cfg) if method.clustered else {})
+                      domain_h=coarse_histograms(run_dir, cfg) if method.clustered else {},
+                      tensorboard=str(RunLayout.of(cfg).tensorboard("pretrain", p.run_name).resolve()))
     if p.teacher.checkpoint:
         if not Path(p.teacher.checkpoint).exists():
             raise TrainingInputError(f"config key 'pretrain.teacher.checkpoint': {p.teacher.checkpoint} does not exist")
@@ -273,9 +284,10 @@ def specialize(cfg: JobConfig, run_dir: Path) -> dict:
         raise TrainingInputError(f"config key 'specialize.teacher.checkpoint': {s.teacher.checkpoint} does not exist")
     check_precision(s.train, "specialize", cfg)
     spec = WorkerSpec(name=f"{domain}/{name}", config_key="specialize.train", output=str(output.dir.resolve()),
-                      train=s.train, arch=methods.dense_record(arch["gpt"]), data=str(arrays),
+                      train=_tracked(s.train, run_dir), arch=methods.dense_record(arch["gpt"]), data=str(arrays),
                       valid=valid_sets(run_dir, cfg, [domain]), teacher=_teacher(s.teacher), lora=s.lora,
-                      init=str(init.resolve()), init_sha=file_sha256(init), rows=str(rows_path.resolve()))
+                      init=str(init.resolve()), init_sha=file_sha256(init), rows=str(rows_path.resolve()),
+                      tensorboard=str(layout.tensorboard("specialize", f"{domain}/{name}").resolve()))
     pre = read_manifest(source.parent) or {}
     extra = {"method": arch["method"], "domain": domain, "source": str(source), "source_method": arch["method"],
              "instantiated": chosen, "domain_tokens": s.domain_tokens, "domain_sequences": int(len(rows)),

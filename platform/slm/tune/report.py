@@ -2,16 +2,18 @@
 
 Everything is computed on settings — a sweep's trials folded over their seeds (``slm.tune.results``):
 each point is a setting's mean perplexity with error bars of ± one standard error. Plots (PNG,
-matplotlib), specialized perplexity on the y axis, one colour per method, Pareto-optimal points (no
-other setting is both cheaper and better on the means) ringed in black, and the points that are not
-separable from the front (within two standard errors of a front point that costs no more) ringed in
-dashed grey:
+matplotlib): a panel per domain (and per size or data size), specialized valid perplexity on the y axis
+(lower is better), a colour per method (its paper name in the legend), a marker per in-domain data
+size, Pareto-optimal points (no other setting is both cheaper and better on the means) ringed in
+black and not joined, the points that are not separable from the front (within two standard errors
+of a front point that costs no more) ringed in grey; one legend, outside the panels:
 
 - ``pretrain_cost.png``: vs pretraining FLOPs (the generic part; SLM-is has none, it is plotted at the
   cost of its domain-specific pretraining, which it pays per domain);
 - ``specialize_cost.png``: vs per-domain FLOPs (specialization, plus SLM-is's pretraining);
-- ``inference_size.png``: vs total FLOPs for one domain, one panel per served model size;
-- ``domain_tokens.png``: vs total FLOPs for one domain, one panel per in-domain data size.
+- ``inference_size.png``: vs total FLOPs for one domain, a panel per served model size (only when the
+  sweep has more than one);
+- ``domain_tokens.png``: vs total FLOPs for one domain, a panel per in-domain data size.
 """
 
 from __future__ import annotations
@@ -58,27 +60,51 @@ def total_flops(r: dict, domains: int = 1) -> float:
     return r["generic_flops"] + domains * r["per_domain_flops"]
 
 
-def _scatter(ax, rows: list[dict], cost, title: str, xlabel: str) -> None:
+MARKERS = "osD^vP*X"
+
+
+def _scatter(ax, rows: list[dict], cost, title: str, xlabel: str, markers: dict[int, str]) -> None:
+    """A panel: a setting a point (its seeds' mean ± one standard error), the colour its method, the
+    marker its in-domain data size; the Pareto-optimal points ringed, not joined (a line between them
+    would claim the settings in between)."""
     for r in rows:
         r["_x"] = cost(r)
     for method in sorted({r["method"] for r in rows}):
-        mine = [r for r in rows if r["method"] == method]
-        ax.errorbar([r["_x"] for r in mine], [r["perplexity"] for r in mine],
-                    yerr=[r["perplexity_se"] or 0.0 for r in mine], fmt="o", capsize=3, label=method, alpha=0.8,
-                    color=methods.display(method)[1])
+        for tokens in sorted({r["domain_tokens"] for r in rows}):
+            mine = [r for r in rows if r["method"] == method and r["domain_tokens"] == tokens]
+            if mine:
+                ax.errorbar([r["_x"] for r in mine], [r["perplexity"] for r in mine],
+                            yerr=[r["perplexity_se"] or 0.0 for r in mine], fmt=markers[tokens], capsize=3,
+                            alpha=0.8, color=methods.display(method)[1], markersize=5)
     front = pareto(rows, "_x")
     ax.scatter([r["_x"] for r in front], [r["perplexity"] for r in front], s=140, facecolors="none",
-               edgecolors="black", label="Pareto-optimal")
+               edgecolors="black")
     near = near_front(rows, "_x")
     if near:
         ax.scatter([r["_x"] for r in near], [r["perplexity"] for r in near], s=140, facecolors="none",
-                   edgecolors="gray", linestyles="--", label="within noise of the front")
-    ax.plot([r["_x"] for r in front], [r["perplexity"] for r in front], color="black", lw=0.8, ls="--")
+                   edgecolors="gray", linestyles="--")
     _log_x(ax, [r["_x"] for r in rows if finite(r["_x"])])
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("specialized perplexity")
+    ax.set_ylabel("valid perplexity (lower is better)")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
+
+
+def _legend_handles(rows: list[dict], markers: dict[int, str]) -> list:
+    """One legend for the figure, beside the panels: methods by colour (paper names), data sizes by
+    marker, and what the rings mean."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], marker="o", ls="", color=methods.display(m)[1], label=methods.display(m)[0])
+               for m in sorted({r["method"] for r in rows})]
+    handles += [Line2D([], [], marker=markers[t], ls="", color="dimgray", label=f"{t:,} in-domain tokens")
+                for t in sorted(markers)]
+    handles.append(Line2D([], [], marker="o", ls="", markersize=11, markerfacecolor="none", color="black",
+                          label="Pareto-optimal (means)"))
+    if any(r["perplexity_se"] for r in rows):
+        handles.append(Line2D([], [], marker="o", ls="", markersize=11, markerfacecolor="none", color="gray",
+                              label="within noise of the front"))
+    return handles
 
 
 def _log_x(ax, xs: list[float]) -> None:
@@ -96,18 +122,26 @@ def _log_x(ax, xs: list[float]) -> None:
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:.2g}"))
 
 
-def _figure(path: Path, panels: list[tuple[str, list[dict]]], cost, xlabel: str) -> None:
+def _figure(path: Path, grid: list[list[tuple[str, list[dict]]]], cost, xlabel: str) -> None:
+    """A figure of panels (rows of them), the legend outside the data, on the right."""
     # matplotlib only when drawing, and its file backend chosen before pyplot loads (no display here).
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
-    for ax, (title, rows) in zip(axes[0], panels, strict=True):
-        _scatter(ax, rows, cost, title, xlabel)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+    every = [r for line in grid for _, rows in line for r in rows]
+    markers = {t: MARKERS[i % len(MARKERS)] for i, t in enumerate(sorted({r["domain_tokens"] for r in every}))}
+    n_rows, n_cols = len(grid), max(len(line) for line in grid)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.6 * n_cols + 2.6, 3.8 * n_rows), squeeze=False,
+                             layout="constrained")
+    for i, line in enumerate(grid):
+        for j in range(n_cols):
+            if j < len(line):
+                _scatter(axes[i][j], line[j][1], cost, line[j][0], xlabel, markers)
+            else:
+                axes[i][j].set_visible(False)
+    fig.legend(handles=_legend_handles(every, markers), loc="outside right upper", fontsize=8)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
@@ -123,16 +157,23 @@ def report(sweep: str | Path, out: str | Path | None = None) -> dict:
     out = Path(out) if out else sweep / "report"
     out.mkdir(parents=True, exist_ok=True)
     pre = lambda r: r["generic_flops"] or r["pretrain_flops"]  # noqa: E731 (SLM-is: its per-domain pretraining)
-    _figure(out / "pretrain_cost.png", [("vs pretraining cost", rows)], pre, "pretraining FLOPs")
-    _figure(out / "specialize_cost.png", [("vs per-domain cost", rows)], lambda r: r["per_domain_flops"],
-            "per-domain FLOPs (specialization; SLM-is: + its pretraining)")
-    _figure(out / "inference_size.png",
-            [(f"served size {s} ({next(r['params'] for r in rows if r['size'] == s) / 1e6:.2f}M params)",
-              [r for r in rows if r["size"] == s]) for s in sorted({r["size"] for r in rows})],
-            total_flops, "total FLOPs for one domain")
+    domains = sorted({r["domain"] for r in rows})
+    by_domain = {d: [r for r in rows if r["domain"] == d] for d in domains}
+    _figure(out / "pretrain_cost.png", [[(f"{d}: vs pretraining cost", by_domain[d]) for d in domains]], pre,
+            "pretraining FLOPs (SLM-is: its own, per domain)")
+    _figure(out / "specialize_cost.png", [[(f"{d}: vs per-domain cost", by_domain[d]) for d in domains]],
+            lambda r: r["per_domain_flops"], "per-domain FLOPs (specialization; SLM-is: + its pretraining)")
+    sizes = sorted({r["size"] for r in rows})
+    (out / "inference_size.png").unlink(missing_ok=True)
+    if len(sizes) > 1:  # one served size: the pretraining plot says it all
+        _figure(out / "inference_size.png",
+                [[(f"{d}: served size {s} ({next(r['params'] for r in rows if r['size'] == s) / 1e6:.2f}M params)",
+                   [r for r in by_domain[d] if r["size"] == s]) for s in sizes] for d in domains],
+                total_flops, "total FLOPs for one domain")
     _figure(out / "domain_tokens.png",
-            [(f"{t:,} in-domain tokens", [r for r in rows if r["domain_tokens"] == t])
-             for t in sorted({r["domain_tokens"] for r in rows})], total_flops, "total FLOPs for one domain")
+            [[(f"{d}: {t:,} in-domain tokens", [r for r in by_domain[d] if r["domain_tokens"] == t])
+              for t in sorted({r["domain_tokens"] for r in rows})] for d in domains],
+            total_flops, "total FLOPs for one domain")
     summary = markdown(rows, trials=sum(finite(t["perplexity"]) for t in trials))
     atomic_write_text(out / "summary.md", summary)
     claims = write_claims(every, out, read_curves(sweep))

@@ -86,6 +86,31 @@ def write_table(rows: list[dict], out: Path) -> Path:
     return out / "results.parquet"
 
 
+def add_columns(sweep: str | Path, values: dict[str, dict[str, float]]) -> Path:
+    """Measurements made after a sweep (``slm eval --sweep``: lm-evaluation-harness's numbers) as columns
+    of its results table, by trial name; a trial without one gets null; the table is rewritten atomically
+    (Parquet and CSV). Every other column is left as it was."""
+    path = Path(sweep) / "results.parquet"
+    table = pq.read_table(path)
+    trials = table.column("trial").to_pylist()
+    unknown = sorted(set(values) - set(trials))
+    if unknown:
+        raise ValueError(f"{path}: no trial {unknown[0]!r} in the results table")
+    for name in sorted({c for v in values.values() for c in v}):
+        column = [values.get(t, {}).get(name, table.column(name)[i].as_py() if name in table.column_names else None)
+                  for i, t in enumerate(trials)]
+        array = pa.array(column, pa.float64())
+        if name in table.column_names:
+            table = table.set_column(table.column_names.index(name), name, array)
+        else:
+            table = table.append_column(name, array)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+    with atomic_path(path.with_suffix(".csv")) as tmp:
+        pacsv.write_csv(table, tmp)
+    return path
+
+
 def read_table(sweep: str | Path) -> list[dict]:
     """A sweep's rows. A table written before the seed axis has no ``setting`` / ``seed`` columns: each of
     its trials is its own setting, at an unrecorded seed."""

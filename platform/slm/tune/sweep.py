@@ -27,19 +27,21 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import ray
 import ray.tune
+from ray.tune import CLIReporter, TuneConfig, Tuner
 from ray.tune import RunConfig as TuneRunConfig
-from ray.tune import TuneConfig, Tuner
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.schedulers import ASHAScheduler
 
 from slm import methods
 from slm.artifacts import atomic_write_json, read_manifest
-from slm.config import ConfigError, config_hash, to_dict
+from slm.config import ConfigError, config_hash
 from slm.job import JobConfig
 from slm.layout import RunLayout, TrainOutput
 from slm.models.config import size_config
@@ -271,12 +273,14 @@ def pretrain_all(cfg: JobConfig, runs: list[dict]) -> None:
     for run in runs:
         pretrain_data(run_config(cfg, run), cfg.run.dir)
     valid_sets(cfg.run.dir, cfg, list(cfg.corpus.domains))
-    task = ray.remote(_pretrain_task).options(num_cpus=train.cpus_per_worker, num_gpus=1 if train.use_gpu else 0,
-                                              max_retries=0)
+    task = ray.remote(_pretrain_task)
+    resources = {"num_cpus": train.cpus_per_worker, "num_gpus": 1 if train.use_gpu else 0, "max_retries": 0}
     refs: dict[str, ray.ObjectRef] = {}
     for run in runs:
         teachers = [refs[run["teacher"]]] if run["teacher"] in refs else []
-        refs[run["name"]] = task.remote(run_config(cfg, run), *teachers)
+        # named after the run: the dashboard's task list and timeline say which run each process is
+        refs[run["name"]] = task.options(name=f"pretrain:{run['name']}", **resources).remote(
+            run_config(cfg, run), *teachers)
     ray.get(list(refs.values()))
 
 
@@ -330,6 +334,27 @@ def concurrency(cfg: JobConfig) -> int:
     return max(1, int(resources.get("CPU", 1) // (max(1, t.num_workers) * t.cpus_per_worker)))
 
 
+def trial_name(trial) -> str:
+    """A Tune trial is named after the sweep's trial (method, size, domain, budgets, seed): in the console
+    table, the trial folders and the dashboard."""
+    return trial.config["trial"]["name"]
+
+
+# What the console table shows of each trial, beside its name: the trial's budgets (its parameters,
+# known before it runs; Tune would otherwise print the whole trial dict as one column) and, once
+# reported, what it measured.
+PARAMETER_COLUMNS = {"trial/method": "method", "trial/size": "size", "trial/domain": "domain",
+                     "trial/pretrain_steps": "pretrain", "trial/domain_tokens": "domain tokens",
+                     "trial/specialize_steps": "steps", "trial/seed": "seed"}
+METRIC_COLUMNS = {"perplexity": "valid ppl", "accuracy": "top-1"}
+
+
+def trial_table() -> CLIReporter:
+    """Tune's status table: every minute in a log, every 20 s on a terminal (Tune's own is every 5 s)."""
+    return CLIReporter(parameter_columns=PARAMETER_COLUMNS, metric_columns=METRIC_COLUMNS, sort_by_metric=False,
+                       max_report_frequency=20 if sys.stdout.isatty() else 60, max_progress_rows=10)
+
+
 def run_wave(cfg: JobConfig, trials: list[dict], wave: int, snapshots: dict[str, str], out: Path) -> list:
     """One wave of trials on Tune (restored if an earlier invocation started it); its results."""
     storage = cfg.sweep.storage_path or str((out / "tune").resolve())
@@ -338,7 +363,7 @@ def run_wave(cfg: JobConfig, trials: list[dict], wave: int, snapshots: dict[str,
                                  trials_log=str((out / "trials.log").resolve())),
         trial_resources(cfg.specialize.train))
     # The experiment is keyed on the plan: a changed spec starts afresh instead of restoring another one.
-    name = f"{cfg.sweep.name}-w{wave}-{config_hash({'trials': trials, 'specialize': to_dict(cfg.specialize)})[:8]}"
+    name = f"{cfg.sweep.name}-w{wave}-{config_hash({'trials': trials, 'specialize': cfg.specialize})[:8]}"
     experiment = f"{storage.rstrip('/')}/{name}"
     if Tuner.can_restore(experiment):
         print(f"[sweep] resuming {experiment}: only unfinished trials run", flush=True)
@@ -355,8 +380,10 @@ def run_wave(cfg: JobConfig, trials: list[dict], wave: int, snapshots: dict[str,
             # and slm imports per trial (a few seconds each, against trials of a few seconds).
             tune_config=TuneConfig(metric="loss" if scheduler else None, mode="min" if scheduler else None,
                                    scheduler=scheduler, max_concurrent_trials=concurrency(cfg),
-                                   reuse_actors=not cfg.specialize.train.num_workers),
-            run_config=TuneRunConfig(name=name, storage_path=storage),
+                                   reuse_actors=not cfg.specialize.train.num_workers,
+                                   trial_name_creator=trial_name, trial_dirname_creator=trial_name),
+            run_config=TuneRunConfig(name=name, storage_path=storage, progress_reporter=trial_table(),
+                                     verbose=1, callbacks=[JsonLoggerCallback(), CSVLoggerCallback()]),
         )
     return list(tuner.fit())
 

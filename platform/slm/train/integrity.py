@@ -1,0 +1,78 @@
+"""Checkpoints that say whether they are whole: each rank lists the files it wrote into a checkpoint
+(size and SHA-256) in ``files-<rank>.json``, written last; a resume checks the lists and falls back to
+the newest checkpoint that passes, saying which it took and why it passed the others over.
+
+A checkpoint cut short (a full disk, a kill during a copy, a truncated file) used to fail every rerun
+with torch's "checkpoint file is corrupted", naming no path. Checkpoints written before these lists
+existed have none and are taken as they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+LIST = "files-{rank}.json"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def files_under(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+
+
+def write_list(folder: Path, rank: int, written: set[str]) -> None:
+    """``files-<rank>.json``: the files this rank wrote into ``folder``, with their sizes and hashes;
+    written under a temporary name and renamed, after everything it lists."""
+    entries = {name: {"bytes": (folder / name).stat().st_size, "sha256": _sha256(folder / name)}
+               for name in sorted(written)}
+    target = folder / LIST.format(rank=rank)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(json.dumps(entries, indent=1))
+    os.replace(tmp, target)
+
+
+def problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot be resumed from (a missing, short or changed file), or None."""
+    lists = sorted(folder.glob("files-*.json"))
+    for listing in lists:
+        try:
+            entries = json.loads(listing.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            return f"{listing.name} unreadable ({err})"
+        for name, expected in entries.items():
+            path = folder / name
+            if not path.is_file():
+                return f"{name} missing"
+            size = path.stat().st_size
+            if size != expected["bytes"]:
+                return f"{name} is {size} bytes, {expected['bytes']} were written"
+            if _sha256(path) != expected["sha256"]:
+                return f"{name} changed since it was written (SHA-256 differs)"
+    return None
+
+
+def newest_whole(candidates: list[Path], log) -> Path | None:
+    """The newest of ``candidates`` (oldest first) that passes ``problem``; ``log`` hears of each one
+    passed over and of the fallback taken."""
+    skipped = []
+    for folder in reversed(candidates):
+        reason = problem(folder)
+        if reason is None:
+            if skipped:
+                log(f"resuming from {folder.name}, the newest whole checkpoint (passed over: "
+                    + "; ".join(f"{p.name}: {why}" for p, why in skipped) + ")")
+            return folder
+        skipped.append((folder, reason))
+    if skipped:
+        log("no whole checkpoint to resume from (" + "; ".join(f"{p.name}: {why}" for p, why in skipped)
+            + "): starting from step 0")
+    return None
