@@ -195,3 +195,17 @@ def test_each_command_keeps_the_other_stages_results_and_its_config(corpus_dir, 
     assert [c.name.rsplit("-", 1)[-1] for c in configs] == ["corpus.yaml", "tokenizer.yaml"]
     assert yaml.safe_load(configs[0].read_text())["stages"] == ["corpus"]
     assert yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())["stages"] == ["tokenizer"]
+
+
+def test_workers_a_fixed_cluster_cannot_hold_fail_with_the_numbers():
+    """Issue 19: num_workers=64 on a 2-CPU embedded Ray waited forever. The embedded Ray (no address)
+    checks the ask against what it has before Ray Train starts (slm.train.trainer._run calls this)."""
+    from slm.train.config import TrainConfig
+    from slm.train.trainer import TrainingInputError, check_fits
+
+    with pytest.raises(TrainingInputError, match=r"'pretrain.train.num_workers'.*asks for 64 CPUs \(64 workers\) "
+                                                 r"and this Ray has 2"):
+        check_fits(TrainConfig(num_workers=64), "pretrain.train", {"CPU": 2.0})
+    with pytest.raises(TrainingInputError, match="asks for 2 GPUs"):
+        check_fits(TrainConfig(num_workers=2, use_gpu=True), "pretrain.train", {"CPU": 16.0, "GPU": 1.0})
+    check_fits(TrainConfig(num_workers=2, cpus_per_worker=1.0), "pretrain.train", {"CPU": 2.0})  # fits

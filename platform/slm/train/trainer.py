@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import ray
 import torch
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
@@ -93,6 +94,19 @@ def gpt_config(model_cfg, vocab: int, seq_len: int):
 # ----------------------------------------------------------------------------------------- Ray Train
 
 
+def check_fits(train: TrainConfig, key: str, cluster: dict[str, float]) -> None:
+    """Fail, naming the keys and the numbers, when a fixed cluster cannot hold the run's workers."""
+    if train.use_gpu:
+        asked, have, what = train.num_workers, cluster.get("GPU", 0), "GPUs"
+    else:
+        asked, have, what = train.num_workers * train.cpus_per_worker, cluster.get("CPU", 0), "CPUs"
+    if asked > have:
+        raise TrainingInputError(
+            f"config keys '{key}.num_workers' × '{key}.cpus_per_worker': the run asks for {asked:g} {what} "
+            f"({train.num_workers} workers) and this Ray has {have:g}; lower them, or set ray.num_cpus / "
+            "connect to a larger cluster")
+
+
 def fit(spec: WorkerSpec, train: TrainConfig, storage: Path, ray_name: str) -> dict:
     """Run ``train_worker(spec)`` on a TorchTrainer; return rank 0's summary."""
     resources = None if train.use_gpu else {"CPU": train.cpus_per_worker}
@@ -143,8 +157,11 @@ def _run(kind: str, spec: WorkerSpec, output: TrainOutput, ray_cfg: RayConfig, e
     run_name = f"{spec.name.replace('/', '-')}-{digest[:8]}"
     started = time.perf_counter()
     if train.num_workers:
-
         init_ray(ray_cfg)
+        # The embedded local Ray never grows: workers it cannot place would be waited for forever. A
+        # cluster may autoscale, so there Ray Train waits, as it should.
+        if not (ray_cfg.address or os.environ.get("RAY_ADDRESS")):
+            check_fits(train, spec.config_key, ray.cluster_resources())
         summary = fit(spec, train, output.ray_train(), run_name)
     else:
         summary = fit_here(spec, train, output.local_train(run_name))
