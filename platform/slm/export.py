@@ -9,7 +9,6 @@ The tokenizer is the run's (``<run>/tokenizer/tokenizer.json``, found above the 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from slm.artifacts import atomic_path
+from slm.artifacts import atomic_path, file_sha256
 from slm.methods import display
 from slm.methods.checkpoint import load_model
 from slm.models.gpt import GPT
@@ -67,13 +66,6 @@ def load_dense(path: Path) -> GPT:
     return model.float().eval()
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 def export_hf(model: str | Path, out: str | Path, tokenizer: str | Path | None = None,
               replace: bool = False) -> dict:
@@ -88,7 +80,7 @@ def export_hf(model: str | Path, out: str | Path, tokenizer: str | Path | None =
     started = time.perf_counter()
     with atomic_path(out) as tmp:
         hf = save_pretrained(gpt, tmp, tokenizer_file)
-        record = {"source": str(source.resolve()), "source_sha256": _sha256(source),
+        record = {"source": str(source.resolve()), "source_sha256": file_sha256(source),
                   "tokenizer": str(tokenizer_file.resolve()), "architecture": type(hf).__name__,
                   "parameters": gpt.num_params(), "seq_len": gpt.config.seq_len,
                   "seconds": round(time.perf_counter() - started, 2)}

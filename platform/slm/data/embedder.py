@@ -38,7 +38,7 @@ import torch
 from filelock import FileLock
 from tokenizers import Tokenizer
 
-from slm.artifacts import atomic_write_bytes
+from slm.artifacts import atomic_write_bytes, file_sha256
 
 # What an exported program is a function of, besides the model's files: a newer torch may not read an
 # older file, and the graph is traced through the installed transformers and sentence-transformers code.
@@ -161,22 +161,15 @@ TRUST_DIR = Path("~/.cache/slm/trusted-exports").expanduser()
 LOCAL_EXPORTS = Path("~/.cache/slm/embedders-local").expanduser()
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 def vouch(path: Path) -> None:
     """Record that this machine wrote ``path`` (as it is now)."""
     TRUST_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (TRUST_DIR / _file_sha256(path)).write_text(str(path))
+    (TRUST_DIR / file_sha256(path)).write_text(str(path))
 
 
 def trusted(path: Path) -> bool:
-    return (TRUST_DIR / _file_sha256(path)).is_file()
+    return (TRUST_DIR / file_sha256(path)).is_file()
 
 
 def export_sentence_transformer(model_path: str | Path, *, dtype: str, device: str, path: Path,

@@ -9,20 +9,14 @@ existed have none and are taken as they are.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
+from slm.artifacts import file_sha256
+
 LIST = "files-{rank}.json"
 
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def files_under(folder: Path) -> set[str]:
@@ -32,7 +26,7 @@ def files_under(folder: Path) -> set[str]:
 def write_list(folder: Path, rank: int, written: set[str]) -> None:
     """``files-<rank>.json``: the files this rank wrote into ``folder``, with their sizes and hashes;
     written under a temporary name and renamed, after everything it lists."""
-    entries = {name: {"bytes": (folder / name).stat().st_size, "sha256": _sha256(folder / name)}
+    entries = {name: {"bytes": (folder / name).stat().st_size, "sha256": file_sha256(folder / name)}
                for name in sorted(written)}
     target = folder / LIST.format(rank=rank)
     tmp = target.with_name(f".{target.name}.tmp")
@@ -55,7 +49,7 @@ def problem(folder: Path) -> str | None:
             size = path.stat().st_size
             if size != expected["bytes"]:
                 return f"{name} is {size} bytes, {expected['bytes']} were written"
-            if _sha256(path) != expected["sha256"]:
+            if file_sha256(path) != expected["sha256"]:
                 return f"{name} changed since it was written (SHA-256 differs)"
     return None
 
