@@ -26,6 +26,7 @@ def test_the_newest_whole_checkpoint_is_taken_and_the_others_named(tmp_path):
                     "trainer.pt is 50 bytes, 100 were written)"]
     (old / "trainer.pt").write_bytes(b"c" * 100)  # same size, other bytes
     assert integrity.problem(old) == "trainer.pt changed since it was written (SHA-256 differs)"
+    (old / "trainer.pt").write_bytes(b"a" * 100)
     (old / "worker-0.pt").unlink()
     assert integrity.problem(old) == "worker-0.pt missing"
     said.clear()
