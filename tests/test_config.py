@@ -209,3 +209,17 @@ def test_workers_a_fixed_cluster_cannot_hold_fail_with_the_numbers():
     with pytest.raises(TrainingInputError, match="asks for 2 GPUs"):
         check_fits(TrainConfig(num_workers=2, use_gpu=True), "pretrain.train", {"CPU": 16.0, "GPU": 1.0})
     check_fits(TrainConfig(num_workers=2, cpus_per_worker=1.0), "pretrain.train", {"CPU": 2.0})  # fits
+
+
+def test_a_submitted_job_refuses_relative_output_paths(tmp_path):
+    """Issue 19: the README's `ray job submit` example set no run.root: the outputs landed in the job's
+    temporary copy of its working directory and vanished with it."""
+    from slm.pipeline import check_submitted_paths
+
+    copy = tmp_path / "runtime_resources" / "working_dir_files" / "_ray_pkg_0123"
+    with pytest.raises(ConfigError, match=r"'run.root': 'runs' is relative.*run.root=/mnt/shared/runs"):
+        check_submitted_paths(load_job(None, ["corpus.dir=/mnt/shared/corpus"]), copy)
+    with pytest.raises(ConfigError, match=r"'corpus.dir'"):
+        check_submitted_paths(load_job(None, ["run.root=/mnt/shared/runs"]), copy)
+    check_submitted_paths(load_job(None, ["run.root=/mnt/shared/runs", "corpus.dir=/mnt/shared/corpus"]), copy)
+    check_submitted_paths(load_job(None, []), tmp_path)  # run by hand: relative paths are the checkout's

@@ -207,7 +207,22 @@ def check_stages(cfg: JobConfig) -> None:
         raise ConfigError(f"config key 'stages': unknown stage(s) {unknown}; known stages: {list(STAGES)}")
     if not cfg.stages:
         raise ConfigError("config key 'stages': a job needs at least one stage")
+    check_submitted_paths(cfg)
     check_domains(cfg)
+
+
+def check_submitted_paths(cfg: JobConfig, cwd: Path | None = None) -> None:
+    """Under ``ray job submit --working-dir``, the driver runs in a temporary copy of that folder
+    (``…/runtime_resources/working_dir_files/…``): relative ``run.root`` or ``corpus.dir`` would write the
+    outputs there, where they vanish with the job. Refuse them, naming the key and the fix."""
+    cwd = cwd or Path.cwd()
+    if "working_dir_files" not in cwd.parts:
+        return
+    for key, value in (("run.root", cfg.run.root), ("corpus.dir", cfg.corpus.dir)):
+        if not Path(value).expanduser().is_absolute():
+            raise ConfigError(f"config key '{key}': {value!r} is relative, and this job runs in Ray's temporary "
+                              f"copy of its working directory ({cwd}), which goes when the job ends: give "
+                              f"shared storage, e.g. {key}=/mnt/shared/{Path(value).name}")
 
 
 def check_domains(cfg: JobConfig) -> None:
