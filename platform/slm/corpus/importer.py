@@ -171,13 +171,13 @@ def import_corpus(
     if any(t.exists() for t in targets) and not replace:
         raise CorpusImportError(f"{targets[0].parent if role != GENERIC else targets[0]} already exists; "
                            "pass --replace to overwrite it")
-    files, skipped = input_files(path, fmt)
+    inputs, skipped = input_files(path, fmt)
     for name, why in skipped:
         print(f"[import] skipped {name}: {why}", flush=True)
     source = source or Path(path.rstrip("/")).name
     started = time.perf_counter()
 
-    ds = _read_all(files, text_column=text_column, source=source, domain=role)
+    ds = _read_all(inputs, text_column=text_column, source=source, domain=role)
     kept = ds.map_batches(_drop_empty, batch_format="pyarrow")
     counts = ds.aggregate(Count(alias_name="records"), Sum("_empty", alias_name="empty"),
                           Sum("_decode_errors", alias_name="decode_errors"),
@@ -205,7 +205,7 @@ def import_corpus(
         docs = sum(pq.read_metadata(f).num_rows for f in files)
         summary[split] = {"documents": docs, "files": [str(f.relative_to(corpus_dir)) for f in files],
                           "bytes": sum(os.path.getsize(f) for f in files)}
-    record = {"path": path, "format": "+".join(sorted(files)), "files": sum(len(v) for v in files.values()),
+    record = {"path": path, "format": "+".join(sorted(inputs)), "files": sum(len(v) for v in inputs.values()),
               "skipped": [{"file": f, "why": why} for f, why in skipped], "text_column": text_column,
               "source": source, "role": role,
               **counts, "splits": summary, "seconds": round(time.perf_counter() - started, 1)}
