@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -73,3 +74,57 @@ def test_import_with_an_empty_split_fails_and_writes_nothing(ray_local, tmp_path
         import_corpus(str(path), tmp_path / "c", "tiny", valid_fraction=0.5)
     assert not list((tmp_path / "c").rglob("*.parquet"))
     assert not (tmp_path / "c" / "manifest.json").exists()
+
+
+# What `slm corpus import` reads, checked before Ray starts (issue 19): these need no Ray.
+def test_import_inputs_are_checked_before_reading(tmp_path):
+    from slm.corpus.importer import input_files
+
+    with pytest.raises(CorpusImportError, match=r"nosuch.jsonl: no such file or folder"):
+        input_files(str(tmp_path / "nosuch.jsonl"))
+    with pytest.raises(CorpusImportError, match=r"\*.jsonl: the pattern matches no file"):
+        input_files(str(tmp_path / "*.jsonl"))
+    array = tmp_path / "array.json"
+    array.write_text(json.dumps([{"text": "a"}, {"text": "b"}]))
+    with pytest.raises(CorpusImportError, match=r"array.json: a JSON array, not JSON Lines.*jq -c"):
+        input_files(str(array))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(CorpusImportError, match=r"nothing to import \(empty.jsonl: empty\)"):
+        input_files(str(empty))
+
+
+def test_a_folder_of_mixed_formats_is_read_whole_and_the_rest_listed(tmp_path):
+    from slm.corpus.importer import input_files
+
+    folder = tmp_path / "mixed"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.jsonl").write_text(json.dumps({"text": "one"}) + "\n")
+    (folder / "b.json").write_text(json.dumps({"text": "two"}) + "\r\n")
+    pq.write_table(__import__("pyarrow").table({"text": ["three"]}), folder / "c.parquet")
+    (folder / "sub" / "d.txt").write_text("four")
+    (folder / "e.csv").write_text("text\nfive\n")
+    (folder / "f.jsonl").write_text("\n")
+    files, skipped = input_files(str(folder))
+    assert {k: sorted(Path(f).name for f in v) for k, v in files.items()} == {
+        "jsonl": ["a.jsonl", "b.json"], "parquet": ["c.parquet"], "text": ["d.txt"]}
+    assert sorted((Path(f).name, why.split(" (")[0]) for f, why in skipped) == [
+        ("e.csv", "not a supported file"), ("f.jsonl", "empty")]
+    globbed, _ = input_files(str(folder / "*.json*"))
+    assert sorted(Path(f).name for f in globbed["jsonl"]) == ["a.jsonl", "b.json"]  # f.jsonl: empty
+
+
+def test_a_mixed_folder_imports_every_document(ray_local, tmp_path):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text(json.dumps({"text": "The first real sentence of the corpus."}) + "\n")
+    (folder / "b.json").write_text(json.dumps({"text": "A second one, with a CRLF line end."}) + "\r\n")
+    pq.write_table(__import__("pyarrow").table({"text": ["A third, from a Parquet file."]}), folder / "c.parquet")
+    (folder / "d.txt").write_text("A fourth, a plain text file.")
+    (folder / "e.csv").write_text("text\nnot read\n")
+    record = import_corpus(str(folder), tmp_path / "corpus")
+    assert record["format"] == "jsonl+parquet+text" and record["files"] == 4 and record["records"] == 4
+    assert [Path(s["file"]).name for s in record["skipped"]] == ["e.csv"]
+    texts = pq.read_table(sorted((tmp_path / "corpus" / "generic").glob("*.parquet"))).column("text").to_pylist()
+    assert sorted(texts) == sorted(["The first real sentence of the corpus.", "A second one, with a CRLF line end.",
+                                    "A third, from a Parquet file.", "A fourth, a plain text file."])

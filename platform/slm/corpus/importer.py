@@ -9,6 +9,7 @@ manifest records the import.
 
 from __future__ import annotations
 
+import glob
 import os
 import time
 from pathlib import Path
@@ -32,6 +33,56 @@ class CorpusImportError(ValueError):
     """Input that cannot be imported; the message names the file and column."""
 
 
+FORMATS = {"jsonl": (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst"), "parquet": (".parquet",),
+           "text": tuple(f".{e}" for e in TEXT_EXTENSIONS)}
+
+
+def _format_of(name: str) -> str | None:
+    lower = name.lower()
+    return next((fmt for fmt, suffixes in FORMATS.items() if lower.endswith(suffixes)), None)
+
+
+def input_files(path: str, fmt: str | None = None) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
+    """What ``slm corpus import PATH`` reads, checked before Ray starts: the files by format and the files
+    passed over with why. A folder gives every supported file below it, whatever their formats (each read
+    as its own); a glob its matches; a remote URI (``s3://…``) is handed to Ray Data as it is. A missing
+    path, a glob that matches nothing, a JSON array (not JSON Lines) and nothing readable fail here,
+    naming the path."""
+    if "://" in path:
+        return {fmt or detect_format(path): [path]}, []
+    if any(c in path for c in "*?["):
+        matches = sorted(glob.glob(os.path.expanduser(path), recursive=True))
+        if not matches:
+            raise CorpusImportError(f"{path}: the pattern matches no file")
+        candidates = [Path(m) for m in matches if Path(m).is_file()]
+    else:
+        root = Path(path).expanduser()
+        if not root.exists():
+            raise CorpusImportError(f"{path}: no such file or folder")
+        candidates = sorted(q for q in root.rglob("*") if q.is_file()) if root.is_dir() else [root]
+    files: dict[str, list[str]] = {}
+    skipped: list[tuple[str, str]] = []
+    for f in candidates:
+        kind = fmt or _format_of(f.name)
+        if kind is None:
+            skipped.append((str(f), f"not a supported file (JSON Lines, Parquet or {'/'.join(TEXT_EXTENSIONS)})"))
+            continue
+        if kind == "jsonl" and not f.name.lower().endswith((".gz", ".zst")):
+            with open(f, "rb") as handle:
+                head = handle.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")  # a BOM, blank lines
+            if not head and f.stat().st_size < 4096:
+                skipped.append((str(f), "empty"))
+                continue
+            if head.startswith(b"["):
+                raise CorpusImportError(f"{f}: a JSON array, not JSON Lines (one object per line); convert it "
+                                        f"with: jq -c '.[]' {f.name} > {f.stem}.jsonl")
+        files.setdefault(kind, []).append(str(f))
+    if not files:
+        raise CorpusImportError(f"{path}: nothing to import ("
+                                + "; ".join(f"{Path(f).name}: {why}" for f, why in skipped[:5]) + ")")
+    return files, skipped
+
+
 def detect_format(path: str) -> str:
     p = path.rstrip("/").lower()
     if p.endswith((".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst")):
@@ -48,14 +99,22 @@ def detect_format(path: str) -> str:
     raise CorpusImportError(f"{path}: cannot tell the format; pass --format jsonl|parquet|text")
 
 
-def _read(path: str, fmt: str):
+def _read(paths: str | list[str], fmt: str):
     if fmt == "jsonl":
-        return ray.data.read_json(path, lines=True, include_paths=True)
+        return ray.data.read_json(paths, lines=True, include_paths=True)
     if fmt == "parquet":
-        return ray.data.read_parquet(path, include_paths=True)
+        return ray.data.read_parquet(paths, include_paths=True)
     if fmt == "text":
-        return ray.data.read_binary_files(path, include_paths=True, file_extensions=TEXT_EXTENSIONS)
+        return ray.data.read_binary_files(paths, include_paths=True)
     raise CorpusImportError(f"unknown format {fmt!r}; use jsonl, parquet or text")
+
+
+def _read_all(files: dict[str, list[str]], **normalize):
+    """Every format's files, each through its reader and normalized to the corpus schema, as one dataset
+    (normalized first: a batch may join blocks, and the formats' raw columns differ)."""
+    datasets = [_read(paths, fmt).map_batches(_normalize_batch, fn_kwargs=normalize, batch_format="pyarrow")
+                for fmt, paths in sorted(files.items())]
+    return datasets[0].union(*datasets[1:]) if len(datasets) > 1 else datasets[0]
 
 
 def _normalize_batch(batch: pa.Table, text_column: str, source: str, domain: str) -> pa.Table:
@@ -112,13 +171,13 @@ def import_corpus(
     if any(t.exists() for t in targets) and not replace:
         raise CorpusImportError(f"{targets[0].parent if role != GENERIC else targets[0]} already exists; "
                            "pass --replace to overwrite it")
-    fmt = fmt or detect_format(path)
+    inputs, skipped = input_files(path, fmt)
+    for name, why in skipped:
+        print(f"[import] skipped {name}: {why}", flush=True)
     source = source or Path(path.rstrip("/")).name
     started = time.perf_counter()
 
-    ds = _read(path, fmt).map_batches(
-        _normalize_batch, fn_kwargs={"text_column": text_column, "source": source, "domain": role},
-        batch_format="pyarrow")
+    ds = _read_all(inputs, text_column=text_column, source=source, domain=role)
     kept = ds.map_batches(_drop_empty, batch_format="pyarrow")
     counts = ds.aggregate(Count(alias_name="records"), Sum("_empty", alias_name="empty"),
                           Sum("_decode_errors", alias_name="decode_errors"),
@@ -146,7 +205,9 @@ def import_corpus(
         docs = sum(pq.read_metadata(f).num_rows for f in files)
         summary[split] = {"documents": docs, "files": [str(f.relative_to(corpus_dir)) for f in files],
                           "bytes": sum(os.path.getsize(f) for f in files)}
-    record = {"path": path, "format": fmt, "text_column": text_column, "source": source, "role": role,
+    record = {"path": path, "format": "+".join(sorted(inputs)), "files": sum(len(v) for v in inputs.values()),
+              "skipped": [{"file": f, "why": why} for f, why in skipped], "text_column": text_column,
+              "source": source, "role": role,
               **counts, "splits": summary, "seconds": round(time.perf_counter() - started, 1)}
     manifest = read_manifest(corpus_dir) or {"stage": "corpus"}
     # The bundled build's description of this role no longer holds: the import replaced it.
