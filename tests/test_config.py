@@ -223,3 +223,30 @@ def test_a_submitted_job_refuses_relative_output_paths(tmp_path):
         check_submitted_paths(load_job(None, ["run.root=/mnt/shared/runs"]), copy)
     check_submitted_paths(load_job(None, ["run.root=/mnt/shared/runs", "corpus.dir=/mnt/shared/corpus"]), copy)
     check_submitted_paths(load_job(None, []), tmp_path)  # run by hand: relative paths are the checkout's
+
+
+def test_a_run_directory_takes_one_command_at_a_time(corpus_dir, tmp_path):
+    """Issue 19: two commands in one run directory pruned each other's checkpoints and logged each step
+    twice. The second is refused with the holder's pid and command; a killed holder leaves no lock."""
+    import subprocess
+    import sys
+
+    from slm.artifacts import RunLockedError
+    from slm.pipeline import run_job
+
+    run = tmp_path / "r"
+    hold = ("import sys, time; from slm.artifacts import run_lock; lock = run_lock(sys.argv[1], 'the holder'); "
+            "lock.__enter__(); print('held', flush=True); time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(run)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        cfg = load_job(None, [f"corpus.dir={corpus_dir}", f"run.root={tmp_path}", "run.name=r", "stages=[tokenizer]",
+                              "tokenizer.vocab_size=300", "tokenizer.max_chars=100000"])
+        with pytest.raises(RunLockedError, match=rf"in use by pid {holder.pid} on .* \(the holder\)"):
+            run_job(cfg)
+        assert not (run / "tokenizer").exists()
+    finally:
+        holder.kill()  # SIGKILL: no cleanup of its own
+        holder.wait()
+    assert run_job(cfg)["tokenizer"]["vocab_size"] == 300
+    assert not (run / ".lock.json").exists()

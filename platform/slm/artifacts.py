@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,3 +100,37 @@ def is_complete(folder: str | Path, config_hash: str | None = None) -> bool:
     if not manifest or not manifest.get("complete"):
         return False
     return config_hash is None or manifest.get("config_hash") == config_hash
+
+
+class RunLockedError(RuntimeError):
+    """Another process is running a command in the same run directory."""
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: str | Path, command: str = "") -> Iterator[None]:
+    """One command at a time in a run directory: two at once pruned each other's checkpoints and wrote
+    each step twice into the same logs. The lock is the OS's (``filelock``: flock), so a holder that
+    dies — killed, out of memory, a lost node — releases it with its last breath: no stale lock to clear.
+    ``.lock.json`` beside it says who holds it, for the message. (flock is per host: on a shared file
+    system, run one command per run directory across machines.)"""
+    from filelock import FileLock, Timeout
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock, holder = FileLock(str(run_dir / ".lock")), run_dir / ".lock.json"
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        who = json.loads(holder.read_text()) if holder.exists() else {}
+        raise RunLockedError(
+            f"{run_dir} is in use by pid {who.get('pid', '?')} on {who.get('host', '?')} since "
+            f"{who.get('started', '?')} ({who.get('command') or 'an slm command'}): wait for it to finish, or "
+            "stop it, then run this again (a killed command releases the lock)") from None
+    try:
+        atomic_write_json(holder, {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
+                                   "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+        yield
+    finally:
+        holder.unlink(missing_ok=True)
+        lock.release()
+

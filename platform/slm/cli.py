@@ -23,6 +23,7 @@ import json
 import os
 import sys
 
+from slm.artifacts import RunLockedError
 from slm.config import ConfigError, check_name, dump_yaml
 from slm.job import JobConfig, load_job
 from slm.runtime import configure_output
@@ -321,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `slm advise … | head`: the reader left; not an error of ours
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (so that the interpreter's final flush is quiet)
         return 0
-    except (FileNotFoundError, FileExistsError) as err:
+    except (FileNotFoundError, FileExistsError, RunLockedError) as err:
         print(f"slm: {err}", file=sys.stderr)
         return 1
     except ValueError as err:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from slm import methods
-from slm.artifacts import atomic_write_json, atomic_write_text, write_manifest
+from slm.artifacts import atomic_write_json, atomic_write_text, run_lock, write_manifest
 from slm.config import ConfigError, config_hash, dump_yaml
 from slm.job import JobConfig
 from slm.layout import MissingInputError, RunLayout, require
@@ -271,11 +272,15 @@ def stage_summary(result: dict) -> str:
 
 
 def run_job(cfg: JobConfig) -> dict[str, dict]:
-    """Run every stage of ``cfg`` in order; return each stage's summary."""
+    """Run every stage of ``cfg`` in order, holding the run directory's lock; return each stage's summary."""
     check_stages(cfg)
     methods.check_job(cfg)
+    with run_lock(cfg.run.dir, command=" ".join(sys.argv) or f"stages {cfg.stages}"):
+        return _run_stages(cfg)
+
+
+def _run_stages(cfg: JobConfig) -> dict[str, dict]:
     run_dir = cfg.run.dir
-    run_dir.mkdir(parents=True, exist_ok=True)
     layout = RunLayout.of(cfg)
     resolved = dump_yaml(cfg)
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{'-'.join(cfg.stages)}"
