@@ -24,11 +24,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
+import torch
+from tokenizers import Tokenizer
 
 from slm.artifacts import atomic_write_json
 from slm.corpus.layout import domain_dir
 from slm.data.pack import pack_texts
-from slm.export import EXPORT_RECORD, HF_CONFIG, Refusal, export_hf, model_file
+from slm.export import EXPORT_RECORD, HF_CONFIG, Refusal, export_hf, load_dense, model_file
 from slm.train.data import PackedArrays
 from slm.train.evaluate import evaluate
 
@@ -84,7 +86,7 @@ def harness_perplexity(hf_dir: Path, domain: str, documents: list[str], work: Pa
         def _loglikelihood_tokens(self, requests, disable_tqdm=False, override_bs=None):
             return super()._loglikelihood_tokens(requests, disable_tqdm=True, override_bs=override_bs)
 
-    import datasets
+    import datasets  # lm-eval's own dependency, so here with it
 
     datasets.disable_progress_bars()  # "Generating validation split" for a file of a few hundred lines
 
@@ -92,8 +94,8 @@ def harness_perplexity(hf_dir: Path, domain: str, documents: list[str], work: Pa
     jsonl.write_text("".join(json.dumps({"text": t}) + "\n" for t in documents))
     model = QuietHFLM(pretrained=str(hf_dir), dtype="float32", batch_size=batch_size, device="cpu",
                       local_files_only=True)
-    results = simple_evaluate(model=model, tasks=[task_config(domain, jsonl)], task_manager=TaskManager(verbosity="ERROR"),
-                              log_samples=False, bootstrap_iters=0)
+    results = simple_evaluate(model=model, tasks=[task_config(domain, jsonl)],
+                              task_manager=TaskManager(verbosity="ERROR"), log_samples=False, bootstrap_iters=0)
     scores = results["results"][f"slm_{domain}_valid"]
     return {m: float(scores[f"{m},none"]) for m in METRICS}
 
@@ -101,11 +103,6 @@ def harness_perplexity(hf_dir: Path, domain: str, documents: list[str], work: Pa
 def platform_perplexity(hf_dir: Path, documents: list[str], batch_size: int = 8) -> dict[str, float]:
     """The platform's measure of the same documents (see the module's docstring), with the exported
     model's tokenizer and the dense model it was exported from."""
-    import torch
-    from tokenizers import Tokenizer
-
-    from slm.export import load_dense
-
     record = json.loads((hf_dir / EXPORT_RECORD).read_text())
     model = load_dense(Path(record["source"]))
     tok = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
