@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from slm.artifacts import atomic_path, file_sha256
 from slm.methods import display
 from slm.methods.checkpoint import load_model
 from slm.models.gpt import GPT
-from slm.models.hf import hf_tokenizer, save_pretrained
+from slm.models.hf import hf_tokenizer, save_pretrained, to_hf
 
 HF_CONFIG = "config.json"
 EXPORT_RECORD = "slm_export.json"
@@ -108,14 +109,10 @@ class Sampling:
 
 def load_causal_lm(path: str | Path, tokenizer: str | Path | None = None):
     """(transformers model, tokenizer) from an exported folder, or converted in memory from a checkpoint."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     path = Path(path).expanduser()
     if (path / HF_CONFIG).is_file():
         return (AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval(),
                 AutoTokenizer.from_pretrained(path, local_files_only=True))
-    from slm.models.hf import to_hf
-
     source = model_file(path)
     gpt = load_dense(source)
     tok = hf_tokenizer(Path(tokenizer).expanduser() if tokenizer else find_tokenizer(source), gpt.config.seq_len)

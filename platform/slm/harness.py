@@ -33,6 +33,7 @@ from slm.data.pack import pack_texts
 from slm.export import EXPORT_RECORD, HF_CONFIG, Refusal, export_hf, load_dense, model_file
 from slm.train.data import PackedArrays
 from slm.train.evaluate import evaluate
+from slm.tune.results import add_columns, read_table
 
 # Each metric with the harness's aggregation for it (perplexities weighted by each document's words or bytes).
 METRICS = {"word_perplexity": "weighted_perplexity", "byte_perplexity": "weighted_perplexity",
@@ -120,8 +121,6 @@ def eval_sweep(sweep: str | Path, domain: str, corpus_dir: str | Path, limit: in
                tokenizer: str | Path | None = None) -> dict:
     """Every specialized model of a sweep's results table for ``domain`` through the harness, its
     numbers added to the table as columns ``lm_eval_<metric>`` (``slm.tune.results.add_columns``)."""
-    from slm.tune.results import add_columns, read_table
-
     sweep = Path(sweep)
     trials = sorted(r["trial"] for r in read_table(sweep) if r["domain"] == domain)
     if not trials:
