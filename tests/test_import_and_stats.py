@@ -12,6 +12,7 @@ from slm.corpus import documents
 from slm.corpus.importer import CorpusImportError, import_corpus
 from slm.data import tokenizers
 from slm.data.stats import corpus_stats
+from tests.conftest import _real_texts
 
 pytestmark = pytest.mark.ray
 
@@ -128,3 +129,23 @@ def test_a_mixed_folder_imports_every_document(ray_local, tmp_path):
     texts = pq.read_table(sorted((tmp_path / "corpus" / "generic").glob("*.parquet"))).column("text").to_pylist()
     assert sorted(texts) == sorted(["The first real sentence of the corpus.", "A second one, with a CRLF line end.",
                                     "A third, from a Parquet file.", "A fourth, a plain text file."])
+
+
+def test_a_huge_record_is_split_into_documents_as_the_bundled_build_splits(corpus_dir):
+    """Issue 19: a 30 MB single document was imported whole; records longer than corpus.max_doc_chars
+    are split at paragraph boundaries (documents.split_long, the bundled build's), counted per record."""
+    import pyarrow as pa
+
+    from slm.corpus.importer import _normalize_batch
+
+    paragraphs = [t for t in _real_texts(corpus_dir, "legal", 40) if t.strip()]
+    huge = "\n\n".join(paragraphs)
+    assert len(huge) > 50_000
+    batch = pa.table({"path": ["a.jsonl", "a.jsonl", "a.jsonl"], "text": [huge, "A short record.", ""]})
+    rows = _normalize_batch(batch, "text", "a.jsonl", "generic", max_chars=8000).to_pylist()
+    pieces = [r for r in rows if r["text"] and r["text"] != "A short record."]
+    assert len(pieces) > len(huge) // 8000 and all(len(r["text"]) <= 8000 for r in pieces)
+    assert sum(r["_first"] for r in rows) == 3 and [r["_empty"] for r in rows].count(True) == 1
+    words = "".join(documents.normalize(huge).split())
+    assert "".join("".join(r["text"].split()) for r in pieces) == words  # every character but whitespace, in order
+    assert len({r["id"] for r in pieces}) == len(pieces)

@@ -84,7 +84,8 @@ def cmd_corpus_import(args) -> int:
     try:
         record = import_corpus(args.path, cfg.corpus.dir, None if args.generic else args.domain,
                                fmt=args.format, text_column=args.text_column, source=args.source,
-                               valid_fraction=cfg.corpus.valid_fraction, replace=args.replace)
+                               valid_fraction=cfg.corpus.valid_fraction, replace=args.replace,
+                               max_doc_chars=cfg.corpus.max_doc_chars)
     finally:
         shutdown_ray()
     print(json.dumps(record, indent=2))

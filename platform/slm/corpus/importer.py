@@ -117,7 +117,12 @@ def _read_all(files: dict[str, list[str]], **normalize):
     return datasets[0].union(*datasets[1:]) if len(datasets) > 1 else datasets[0]
 
 
-def _normalize_batch(batch: pa.Table, text_column: str, source: str, domain: str) -> pa.Table:
+def _normalize_batch(batch: pa.Table, text_column: str, source: str, domain: str,
+                     max_chars: int | None = None) -> pa.Table:
+    """A batch of records as corpus rows: decoded (undecodable bytes replaced and counted), normalized,
+    hashed; a record longer than ``max_chars`` split at paragraph boundaries into several documents, as
+    the bundled build splits its sources (``_first`` marks each record's first piece, so that the
+    counts stay per record)."""
     paths = batch.column("path").to_pylist()
     if "bytes" in batch.column_names and text_column not in batch.column_names:
         raw_texts = batch.column("bytes").to_pylist()  # a folder of text files: one file, one document
@@ -127,26 +132,31 @@ def _normalize_batch(batch: pa.Table, text_column: str, source: str, domain: str
         columns = [c for c in batch.column_names if c != "path"]
         raise CorpusImportError(f"{paths[0]}: no column {text_column!r} (columns: {columns}); "
                            "pass --text-column")
-    texts, bad, replaced, empty = [], [], [], []
+    texts, first, bad, replaced, empty, where = [], [], [], [], [], []
     for i, raw in enumerate(raw_texts):
         if raw is not None and not isinstance(raw, (str, bytes)):
             raise CorpusImportError(f"{paths[i]}: a row's {text_column!r} is {type(raw).__name__}, not text")
         counts = documents.SourceCounts()
         text = documents.normalize(documents.decode(raw or "", counts=counts))
-        texts.append(text)
-        bad.append(counts.decode_errors)
-        replaced.append(counts.replaced_chars)
-        empty.append(not text)
+        pieces = documents.split_long(text, max_chars) if text and max_chars else [text]
+        for k, piece in enumerate(pieces or [""]):
+            texts.append(piece)
+            first.append(k == 0)
+            bad.append(counts.decode_errors if k == 0 else 0)
+            replaced.append(counts.replaced_chars if k == 0 else 0)
+            empty.append(not piece)
+            where.append(paths[i])
     return pa.table({
         "id": [documents.doc_id(t) for t in texts],
         "text": texts,
         "source": [source] * len(texts),
         "domain": [domain] * len(texts),
         "n_chars": np.array([len(t) for t in texts], dtype=np.int64),
-        "_empty": empty,
+        "_first": pa.array(first, pa.bool_()),
+        "_empty": pa.array(empty, pa.bool_()),
         "_decode_errors": np.array(bad, dtype=np.int64),
         "_replaced_chars": np.array(replaced, dtype=np.int64),
-        "_path": paths,
+        "_path": where,
     })
 
 
@@ -160,6 +170,7 @@ def import_corpus(
     source: str | None = None,
     valid_fraction: float = 0.05,
     replace: bool = False,
+    max_doc_chars: int | None = 8000,
 ) -> dict:
     """Import ``path`` into ``corpus_dir`` as the generic corpus (``domain=None``) or a domain."""
     corpus_dir = Path(corpus_dir).expanduser()
@@ -177,12 +188,13 @@ def import_corpus(
     source = source or Path(path.rstrip("/")).name
     started = time.perf_counter()
 
-    ds = _read_all(inputs, text_column=text_column, source=source, domain=role)
+    ds = _read_all(inputs, text_column=text_column, source=source, domain=role, max_chars=max_doc_chars)
     kept = ds.map_batches(_drop_empty, batch_format="pyarrow")
-    counts = ds.aggregate(Count(alias_name="records"), Sum("_empty", alias_name="empty"),
-                          Sum("_decode_errors", alias_name="decode_errors"),
+    counts = ds.aggregate(Sum("_first", alias_name="records"), Count(alias_name="rows"),
+                          Sum("_empty", alias_name="empty"), Sum("_decode_errors", alias_name="decode_errors"),
                           Sum("_replaced_chars", alias_name="replaced_chars"))
     counts = {k: int(v or 0) for k, v in counts.items()}
+    counts["split_pieces"] = counts.pop("rows") - counts["records"]  # documents made by splitting long records
     if counts["records"] == counts["empty"]:
         raise CorpusImportError(f"{path}: no non-empty documents ({counts['records']} records read)")
 
