@@ -149,3 +149,30 @@ def test_a_huge_record_is_split_into_documents_as_the_bundled_build_splits(corpu
     words = "".join(documents.normalize(huge).split())
     assert "".join("".join(r["text"].split()) for r in pieces) == words  # every character but whitespace, in order
     assert len({r["id"] for r in pieces}) == len(pieces)
+
+
+def test_a_bad_json_lines_file_is_named_with_its_line(tmp_path):
+    """Issue 19: a malformed line, non-UTF-8 bytes, a byte-order mark or a non-object line gave a
+    ~300-line traceback naming no file or line (Ray Data's reader); the import names both."""
+    from slm.corpus.importer import diagnose_jsonl
+
+    good = json.dumps({"text": "A sentence."})
+    cases = {
+        "malformed.jsonl": (f"{good}\n{{\"text\": \"cut off\n{good}\n".encode(), ":2: not JSON"),
+        "latin1.jsonl": (f"{good}\n\n".encode() + '{"text": "caf\xe9"}\n'.encode("latin-1"), ":3: not UTF-8"),
+        "bom.jsonl": (b"\xef\xbb\xbf" + f"{good}\r\n".encode(), ":1: starts with a UTF-8 byte-order mark"),
+        "number.jsonl": (f"{good}\n42\n".encode(), ":2: a JSON int, not an object"),
+    }
+    for name, (content, expected) in cases.items():
+        (tmp_path / name).write_bytes(content)
+        assert diagnose_jsonl(tmp_path / name).startswith(f"{tmp_path / name}{expected}"), name
+    (tmp_path / "fine.jsonl").write_text(f"{good}\r\n\n{good}\n")
+    assert diagnose_jsonl(tmp_path / "fine.jsonl") is None
+
+
+def test_an_import_of_a_malformed_file_names_the_line_and_writes_nothing(ray_local, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "One real sentence."}) + "\n{\"text\": \"cut off\n")
+    with pytest.raises(CorpusImportError, match=r"bad.jsonl:2: not JSON .*nothing was imported"):
+        import_corpus(str(bad), tmp_path / "c")
+    assert not (tmp_path / "c" / "generic").exists()

@@ -10,6 +10,7 @@ manifest records the import.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import time
 from pathlib import Path
@@ -81,6 +82,31 @@ def input_files(path: str, fmt: str | None = None) -> tuple[dict[str, list[str]]
         raise CorpusImportError(f"{path}: nothing to import ("
                                 + "; ".join(f"{Path(f).name}: {why}" for f, why in skipped[:5]) + ")")
     return files, skipped
+
+
+def diagnose_jsonl(path: str | Path, text_column: str = "text") -> str | None:
+    """The first thing in a JSON Lines file that stops a reader, as ``FILE:LINE: what``, or None.
+    Ray Data's JSON reader (pandas / Arrow underneath) fails on such a file with a long traceback that
+    names neither; the import runs this on its JSON Lines inputs when the read fails."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                return (f"{path}:1: starts with a UTF-8 byte-order mark, which the JSON reader refuses; remove "
+                        f"it (e.g. sed -i '1s/^\\xEF\\xBB\\xBF//' {path.name})")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                return f"{path}:{number}: not UTF-8 (byte {err.start}: {raw[err.start:err.start + 4]!r})"
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                return f"{path}:{number}: not JSON ({err.msg} at column {err.colno})"
+            if not isinstance(record, dict):
+                return f"{path}:{number}: a JSON {type(record).__name__}, not an object with a {text_column!r} field"
+    return None
 
 
 def detect_format(path: str) -> str:
@@ -190,9 +216,18 @@ def import_corpus(
 
     ds = _read_all(inputs, text_column=text_column, source=source, domain=role, max_chars=max_doc_chars)
     kept = ds.map_batches(_drop_empty, batch_format="pyarrow")
-    counts = ds.aggregate(Sum("_first", alias_name="records"), Count(alias_name="rows"),
-                          Sum("_empty", alias_name="empty"), Sum("_decode_errors", alias_name="decode_errors"),
-                          Sum("_replaced_chars", alias_name="replaced_chars"))
+    try:
+        counts = ds.aggregate(Sum("_first", alias_name="records"), Count(alias_name="rows"),
+                              Sum("_empty", alias_name="empty"), Sum("_decode_errors", alias_name="decode_errors"),
+                              Sum("_replaced_chars", alias_name="replaced_chars"))
+    except CorpusImportError:
+        raise
+    except Exception as err:  # a reader's failure deep in Ray Data: say which file and line, if we can
+        found = next(filter(None, (diagnose_jsonl(f, text_column) for f in inputs.get("jsonl", [])
+                                   if "://" not in f and not f.endswith((".gz", ".zst")))), None)
+        if found is None:
+            raise
+        raise CorpusImportError(f"{found}; nothing was imported") from err
     counts = {k: int(v or 0) for k, v in counts.items()}
     counts["split_pieces"] = counts.pop("rows") - counts["records"]  # documents made by splitting long records
     if counts["records"] == counts["empty"]:
