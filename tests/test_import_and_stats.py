@@ -176,3 +176,25 @@ def test_an_import_of_a_malformed_file_names_the_line_and_writes_nothing(ray_loc
     with pytest.raises(CorpusImportError, match=r"bad.jsonl:2: not JSON .*nothing was imported"):
         import_corpus(str(bad), tmp_path / "c")
     assert not (tmp_path / "c" / "generic").exists()
+
+
+def test_a_failed_domain_import_leaves_the_corpus_as_it_was(ray_local, corpus_dir, tmp_path):
+    """Issue 19: `--replace` with an empty new valid split left train at 1 document beside the old valid
+    split, the manifest still saying 189; a new domain's failed import left train files without a
+    manifest entry. The domain is staged whole and swapped in with one rename."""
+    texts = _real_texts(corpus_dir, "medical", 30)
+    source = tmp_path / "notes.jsonl"
+    source.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    out = tmp_path / "corpus"
+    with pytest.raises(CorpusImportError, match="valid split of domain 'fresh' would be empty"):
+        import_corpus(str(source), out, "fresh", valid_fraction=0.0)
+    assert not (out / "domains" / "fresh").exists()
+    first = import_corpus(str(source), out, "kept", valid_fraction=0.3)
+    before = {p.relative_to(out).as_posix(): p.read_bytes() for p in (out / "domains" / "kept").rglob("*.parquet")}
+    manifest = (out / "manifest.json").read_text()
+    with pytest.raises(CorpusImportError, match="would be empty"):
+        import_corpus(str(source), out, "kept", valid_fraction=0.0, replace=True)
+    after = {p.relative_to(out).as_posix(): p.read_bytes() for p in (out / "domains" / "kept").rglob("*.parquet")}
+    assert after == before and (out / "manifest.json").read_text() == manifest
+    assert first["splits"]["train"]["documents"] + first["splits"]["valid"]["documents"] == len(set(texts))
+    assert not [p for p in (out / "domains").iterdir() if p.name.startswith(".")]  # no staging left behind

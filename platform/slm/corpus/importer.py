@@ -233,25 +233,29 @@ def import_corpus(
     if counts["records"] == counts["empty"]:
         raise CorpusImportError(f"{path}: no non-empty documents ({counts['records']} records read)")
 
+    # The whole role is staged, then swapped in with one rename: a split that comes out empty (or any
+    # failure) leaves the corpus as it was — never a new train split beside an old valid one.
     columns = list(SCHEMA.names)
+    folder = generic_dir(corpus_dir) if role == GENERIC else targets[0].parent
+    with atomic_path(folder) as staged:
+        for target in targets:
+            split = target.name if role != GENERIC else "all"
+            part = kept
+            if role != GENERIC:
+                part = kept.map_batches(_split_filter, fn_kwargs={"valid": split == "valid", "fraction": valid_fraction},
+                                        batch_format="pyarrow")
+            out = staged if role == GENERIC else staged / split
+            part.select_columns(columns).write_parquet(str(out))
+            if not sum(pq.read_metadata(f).num_rows for f in out.glob("*.parquet")):
+                raise CorpusImportError(f"{path}: the {split} split of domain {role!r} would be empty "
+                                        f"(valid_fraction={valid_fraction}); import more documents; the corpus "
+                                        "is left as it was")
     summary = {}
     for target in targets:
-        split = target.name if role != GENERIC else "all"
-        part = kept
-        if role != GENERIC:
-            want_valid = split == "valid"
-            part = kept.map_batches(_split_filter, fn_kwargs={"valid": want_valid, "fraction": valid_fraction},
-                                    batch_format="pyarrow")
-        with atomic_path(target) as tmp:
-            part.select_columns(columns).write_parquet(str(tmp))
-            written = sorted(tmp.glob("*.parquet")) if tmp.is_dir() else []
-            if not sum(pq.read_metadata(f).num_rows for f in written):
-                raise CorpusImportError(f"{path}: the {split} split of domain {role!r} would be empty "
-                                   f"(valid_fraction={valid_fraction}); import more documents")
         files = sorted(target.glob("*.parquet"))
-        docs = sum(pq.read_metadata(f).num_rows for f in files)
-        summary[split] = {"documents": docs, "files": [str(f.relative_to(corpus_dir)) for f in files],
-                          "bytes": sum(os.path.getsize(f) for f in files)}
+        summary[target.name if role != GENERIC else "all"] = {
+            "documents": sum(pq.read_metadata(f).num_rows for f in files),
+            "files": [str(f.relative_to(corpus_dir)) for f in files], "bytes": sum(os.path.getsize(f) for f in files)}
     record = {"path": path, "format": "+".join(sorted(inputs)), "files": sum(len(v) for v in inputs.values()),
               "skipped": [{"file": f, "why": why} for f, why in skipped], "text_column": text_column,
               "source": source, "role": role,
