@@ -198,3 +198,14 @@ def test_a_failed_domain_import_leaves_the_corpus_as_it_was(ray_local, corpus_di
     assert after == before and (out / "manifest.json").read_text() == manifest
     assert first["splits"]["train"]["documents"] + first["splits"]["valid"]["documents"] == len(set(texts))
     assert not [p for p in (out / "domains").iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
+def test_a_document_given_twice_is_kept_once_and_counted(ray_local, corpus_dir, tmp_path):
+    """Issue 19: 50 rows of 5 distinct texts were imported as 50 documents; the bundled build keeps one
+    of each (by content hash) and so does the import, counting the rest."""
+    texts = [t for t in _real_texts(corpus_dir, "legal", 5) if t.strip()]
+    source = tmp_path / "repeated.jsonl"
+    source.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts * 10))
+    record = import_corpus(str(source), tmp_path / "c")
+    assert record["records"] == 10 * len(texts) and record["duplicates"] == 9 * len(texts)
+    assert record["splits"]["all"]["documents"] == len(texts)

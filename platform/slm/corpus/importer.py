@@ -215,11 +215,17 @@ def import_corpus(
     started = time.perf_counter()
 
     ds = _read_all(inputs, text_column=text_column, source=source, domain=role, max_chars=max_doc_chars)
-    kept = ds.map_batches(_drop_empty, batch_format="pyarrow")
+    # Empty documents dropped; a document given twice (the same normalized text, so the same id) kept once,
+    # as the bundled build keeps it: the written splits' total says how many went.
+    kept = ds.map_batches(_drop_empty, batch_format="pyarrow").groupby("id").map_groups(
+        _first_of_group, batch_format="pyarrow")
     try:
         counts = ds.aggregate(Sum("_first", alias_name="records"), Count(alias_name="rows"),
                               Sum("_empty", alias_name="empty"), Sum("_decode_errors", alias_name="decode_errors"),
                               Sum("_replaced_chars", alias_name="replaced_chars"))
+        # Materialized once (in the object store, spilled to disk when large): a domain's two splits read
+        # it without shuffling the corpus twice.
+        kept = kept.materialize()
     except CorpusImportError:
         raise
     except Exception as err:  # a reader's failure deep in Ray Data: say which file and line, if we can
@@ -256,6 +262,8 @@ def import_corpus(
         summary[target.name if role != GENERIC else "all"] = {
             "documents": sum(pq.read_metadata(f).num_rows for f in files),
             "files": [str(f.relative_to(corpus_dir)) for f in files], "bytes": sum(os.path.getsize(f) for f in files)}
+    written = sum(split["documents"] for split in summary.values())
+    counts["duplicates"] = counts["records"] - counts["empty"] + counts["split_pieces"] - written
     record = {"path": path, "format": "+".join(sorted(inputs)), "files": sum(len(v) for v in inputs.values()),
               "skipped": [{"file": f, "why": why} for f, why in skipped], "text_column": text_column,
               "source": source, "role": role,
@@ -269,6 +277,10 @@ def import_corpus(
     manifest.setdefault("imports", {})[role] = record
     write_manifest(corpus_dir, manifest)
     return record
+
+
+def _first_of_group(group: pa.Table) -> pa.Table:
+    return group.slice(0, 1)
 
 
 def _drop_empty(batch: pa.Table) -> pa.Table:
