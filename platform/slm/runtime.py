@@ -85,6 +85,11 @@ def private_auth_token(path: Path | None = None) -> bool:
     return True
 
 
+def cluster_address(cfg: RayConfig) -> str | None:
+    """The Ray cluster to connect to (``ray.address``, else ``RAY_ADDRESS``), or None: an embedded local Ray."""
+    return cfg.address or os.environ.get("RAY_ADDRESS")
+
+
 def init_ray(cfg: RayConfig):
     """Initialise Ray once per process according to ``cfg``; return the Ray context. The dashboard's Jobs
     page names this driver by ``SLM_JOB_NAME`` (set by the pipeline; a submitted job has its submission's)."""
@@ -95,7 +100,7 @@ def init_ray(cfg: RayConfig):
         return ray.get_runtime_context()
     configure_output(verbose())
     private_auth_token()
-    address = cfg.address or os.environ.get("RAY_ADDRESS")
+    address = cluster_address(cfg)
     submitted = "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ  # under `ray job submit`: its metadata stands
     job_name = os.environ.get(JOB_NAME_ENV)
     # The output settings reach every worker (on a cluster too: workers do not inherit this process's env).
