@@ -96,8 +96,6 @@ def stage_resample(cfg: JobConfig, run_dir: Path) -> dict:
     their KL to the domain."""
     from slm.data.resample import resample
 
-
-
     init_ray(cfg.ray)
     layout = RunLayout.of(cfg)
     histograms = json.loads(require(layout.histograms_json, "histogram").read_text())
