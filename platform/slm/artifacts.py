@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 MANIFEST = "manifest.json"
 
 
@@ -113,8 +115,6 @@ def run_lock(run_dir: str | Path, command: str = "") -> Iterator[None]:
     dies — killed, out of memory, a lost node — releases it with its last breath: no stale lock to clear.
     ``.lock.json`` beside it says who holds it, for the message. (flock is per host: on a shared file
     system, run one command per run directory across machines.)"""
-    from filelock import FileLock, Timeout
-
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     lock, holder = FileLock(str(run_dir / ".lock")), run_dir / ".lock.json"

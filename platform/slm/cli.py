@@ -151,8 +151,6 @@ def _quiet_libraries() -> None:
     """The model commands print one JSON record or the samples on stdout: no per-shard progress bars from
     transformers, and no warning from DeepSpeed (which transformers' save imports through accelerate),
     whose logger writes to stdout when it finds no GPU: told the CPU is the accelerator, it is quiet."""
-    import os
-
     import torch
     from transformers.utils import logging as hf_logging
 
@@ -274,8 +272,9 @@ def parser() -> argparse.ArgumentParser:
                      help="the unit of the pretraining and specialization budgets")
     adv.set_defaults(fn=cmd_advise)
 
-    def model_argument(sp):
-        sp.add_argument("model", help="a model.safetensors, the training run's folder, or an exported folder")
+    def model_argument(sp, optional: bool = False):
+        sp.add_argument("model", nargs="?" if optional else None,
+                        help="a model.safetensors, the training run's folder, or an exported folder")
         sp.add_argument("--tokenizer", help="the BPE file (default: <run>/tokenizer/tokenizer.json above the model)")
         return sp
 
@@ -291,9 +290,8 @@ def parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=50, help="sample among the k likeliest tokens (0: all)")
     gen.add_argument("--seed", type=int, default=0)
     gen.set_defaults(fn=cmd_generate)
-    ev = sub.add_parser("eval", help="a domain's valid perplexity through lm-evaluation-harness")
-    ev.add_argument("model", nargs="?", help="a model.safetensors, the training run's folder, or an exported folder")
-    ev.add_argument("--tokenizer", help="the BPE file (default: <run>/tokenizer/tokenizer.json above the model)")
+    ev = model_argument(sub.add_parser("eval", help="a domain's valid perplexity through lm-evaluation-harness"),
+                        optional=True)
     ev.add_argument("--sweep", help="instead of MODEL: every specialized model of this sweep's results table for "
                                     "--domain, the harness's numbers added to the table as lm_eval_* columns")
     ev.add_argument("--domain", required=True, help="a domain of corpus.dir (its valid split)")

@@ -67,7 +67,6 @@ def load_dense(path: Path) -> GPT:
     return model.float().eval()
 
 
-
 def export_hf(model: str | Path, out: str | Path, tokenizer: str | Path | None = None,
               replace: bool = False) -> dict:
     """``out``: a folder ``AutoModelForCausalLM`` / ``AutoTokenizer`` load offline, written atomically,

@@ -20,6 +20,8 @@ from pathlib import Path
 from slm import methods
 from slm.artifacts import atomic_write_json, atomic_write_text, run_lock, write_manifest
 from slm.config import ConfigError, config_hash, dump_yaml
+from slm.corpus.config import BUNDLED_DOMAINS
+from slm.corpus.layout import domains as corpus_domains
 from slm.job import JobConfig
 from slm.layout import MissingInputError, RunLayout, require
 from slm.runtime import JOB_NAME_ENV, PeakMemory, init_ray, shutdown_ray
@@ -93,8 +95,6 @@ def stage_resample(cfg: JobConfig, run_dir: Path) -> dict:
     """Generic subsets aimed at each of ``resample.domains`` (``resample.domain``), one per method, with
     their KL to the domain."""
     from slm.data.resample import resample
-
-
 
     init_ray(cfg.ray)
     layout = RunLayout.of(cfg)
@@ -229,9 +229,6 @@ def check_submitted_paths(cfg: JobConfig, cwd: Path | None = None) -> None:
 def check_domains(cfg: JobConfig) -> None:
     """Every domain a job names exists in its corpus, checked before any stage runs (not when the stage
     that reads it fails). A job that builds the bundled corpus first is checked against what it builds."""
-    from slm.corpus.config import BUNDLED_DOMAINS
-    from slm.corpus.layout import domains as corpus_domains
-
     corpus = Path(cfg.corpus.dir).expanduser()
     if "corpus" in cfg.stages:
         known, where = set(BUNDLED_DOMAINS), "the bundled corpus"

@@ -38,7 +38,6 @@ class RayConfig:
             raise ConfigError(f"config key '{prefix}dashboard_port': a TCP port, 1-65535, got {self.dashboard_port}")
 
 
-
 VERBOSE_ENV = "SLM_VERBOSE"
 JOB_NAME_ENV = "SLM_JOB_NAME"  # what `slm run` is running, for the dashboard (set by the pipeline)
 
@@ -86,9 +85,14 @@ def private_auth_token(path: Path | None = None) -> bool:
     return True
 
 
-def init_ray(cfg: RayConfig, job_name: str | None = None):
-    """Initialise Ray once per process according to ``cfg``; return the Ray context. ``job_name`` is
-    what the dashboard's Jobs page shows for this driver (a submitted job has its submission's)."""
+def cluster_address(cfg: RayConfig) -> str | None:
+    """The Ray cluster to connect to (``ray.address``, else ``RAY_ADDRESS``), or None: an embedded local Ray."""
+    return cfg.address or os.environ.get("RAY_ADDRESS")
+
+
+def init_ray(cfg: RayConfig):
+    """Initialise Ray once per process according to ``cfg``; return the Ray context. The dashboard's Jobs
+    page names this driver by ``SLM_JOB_NAME`` (set by the pipeline; a submitted job has its submission's)."""
     import ray  # here, not at the top: the CLI's quick commands (config, corpus) never import Ray
     from ray.job_config import JobConfig as RayJobConfig
 
@@ -96,9 +100,9 @@ def init_ray(cfg: RayConfig, job_name: str | None = None):
         return ray.get_runtime_context()
     configure_output(verbose())
     private_auth_token()
-    address = cfg.address or os.environ.get("RAY_ADDRESS")
+    address = cluster_address(cfg)
     submitted = "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ  # under `ray job submit`: its metadata stands
-    job_name = job_name or os.environ.get(JOB_NAME_ENV)
+    job_name = os.environ.get(JOB_NAME_ENV)
     # The output settings reach every worker (on a cluster too: workers do not inherit this process's env).
     env = {k: os.environ[k] for k in OUTPUT_ENV if k in os.environ}
     job_config = None if submitted else RayJobConfig(metadata={"job_name": job_name} if job_name else None,

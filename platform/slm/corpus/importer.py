@@ -49,8 +49,11 @@ def input_files(path: str, fmt: str | None = None) -> tuple[dict[str, list[str]]
     as its own); a glob its matches; a remote URI (``s3://…``) is handed to Ray Data as it is. A missing
     path, a glob that matches nothing, a JSON array (not JSON Lines) and nothing readable fail here,
     naming the path."""
-    if "://" in path:
-        return {fmt or detect_format(path): [path]}, []
+    if "://" in path:  # a remote file says its format by its name; a remote folder needs --format
+        kind = fmt or _format_of(path.rstrip("/"))
+        if kind not in ("jsonl", "parquet") and not fmt:
+            raise CorpusImportError(f"{path}: cannot tell the format; pass --format jsonl|parquet|text")
+        return {kind: [path]}, []
     if any(c in path for c in "*?["):
         matches = sorted(glob.glob(os.path.expanduser(path), recursive=True))
         if not matches:
@@ -107,22 +110,6 @@ def diagnose_jsonl(path: str | Path, text_column: str = "text") -> str | None:
             if not isinstance(record, dict):
                 return f"{path}:{number}: a JSON {type(record).__name__}, not an object with a {text_column!r} field"
     return None
-
-
-def detect_format(path: str) -> str:
-    p = path.rstrip("/").lower()
-    if p.endswith((".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst")):
-        return "jsonl"
-    if p.endswith(".parquet"):
-        return "parquet"
-    if "://" not in p and Path(path).expanduser().is_dir():
-        kinds = {q.suffix.lstrip(".") for q in Path(path).expanduser().rglob("*") if q.is_file()}
-        if "parquet" in kinds:
-            return "parquet"
-        if kinds & {"jsonl", "json"}:
-            return "jsonl"
-        return "text"
-    raise CorpusImportError(f"{path}: cannot tell the format; pass --format jsonl|parquet|text")
 
 
 def _read(paths: str | list[str], fmt: str):

@@ -161,7 +161,6 @@ TRUST_DIR = Path("~/.cache/slm/trusted-exports").expanduser()
 LOCAL_EXPORTS = Path("~/.cache/slm/embedders-local").expanduser()
 
 
-
 def vouch(path: Path) -> None:
     """Record that this machine wrote ``path`` (as it is now)."""
     TRUST_DIR.mkdir(parents=True, exist_ok=True, mode=0o700)

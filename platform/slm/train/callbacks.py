@@ -142,6 +142,7 @@ class Trackers(Callback):
 
     def __init__(self, names: list[str], tracking, run_name: str, params: dict):
         self.names, self.tracking, self.run_name, self.params = names, tracking, run_name, params
+        self.mlflow = self.wandb = None  # the tracker modules' runs, once started (rank 0)
 
     def on_train_start(self, loop) -> None:
         if loop.rank != 0:
@@ -163,6 +164,7 @@ class Trackers(Callback):
             if not id_file.exists():
                 id_file.write_text(run.info.run_id)
                 mlflow.log_params(self.params)
+            self.mlflow = mlflow
         if "wandb" in self.names:
             import wandb
 
@@ -179,21 +181,15 @@ class Trackers(Callback):
         if not is_logged_step(loop, metrics):
             return
         tagged = tracker_metrics(metrics)
-        if "mlflow" in self.names:
-            import mlflow
-
-            mlflow.log_metrics(tagged, step=metrics["step"])
-        if "wandb" in self.names:
+        if self.mlflow is not None:
+            self.mlflow.log_metrics(tagged, step=metrics["step"])
+        if self.wandb is not None:
             self.wandb.log(tagged, step=metrics["step"])
 
     def on_train_end(self, loop, metrics: dict) -> None:
-        if loop.rank != 0:
-            return
-        if "mlflow" in self.names:
-            import mlflow
-
-            mlflow.end_run()
-        if "wandb" in self.names:
+        if self.mlflow is not None:
+            self.mlflow.end_run()
+        if self.wandb is not None:
             self.wandb.finish()
 
 

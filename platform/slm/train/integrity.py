@@ -18,7 +18,6 @@ from slm.artifacts import file_sha256
 LIST = "files-{rank}.json"
 
 
-
 def files_under(folder: Path) -> set[str]:
     return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
 

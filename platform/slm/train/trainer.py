@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import time
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from slm.data import histogram, tokenizers
 from slm.job import JobConfig
 from slm.layout import RunLayout, TrainOutput, require
 from slm.models.gpt import GPTConfig, preset, save_dense
-from slm.runtime import RayConfig, init_ray
+from slm.runtime import RayConfig, cluster_address, init_ray
 from slm.train.budget import dense_flops_per_token
 from slm.train.config import PretrainConfig, SpecializeConfig, TeacherConfig, TrainConfig
 from slm.train.data import materialize
@@ -160,7 +159,7 @@ def _run(kind: str, spec: WorkerSpec, output: TrainOutput, ray_cfg: RayConfig, e
         init_ray(ray_cfg)
         # The embedded local Ray never grows: workers it cannot place would be waited for forever. A
         # cluster may autoscale, so there Ray Train waits, as it should.
-        if not (ray_cfg.address or os.environ.get("RAY_ADDRESS")):
+        if cluster_address(ray_cfg) is None:
             check_fits(train, spec.config_key, ray.cluster_resources())
         summary = fit(spec, train, output.ray_train(), run_name)
     else:
@@ -190,7 +189,7 @@ def _teacher(teacher: TeacherConfig) -> TeacherConfig:
 def check_precision(train: TrainConfig, section: str, cfg: JobConfig) -> None:
     """The precision, checked on the driver when the workers will run on this machine (CPU workers on
     an embedded Ray), so that a bf16 run on a CPU without it fails before Ray starts."""
-    if not train.use_gpu and not (cfg.ray.address or os.environ.get("RAY_ADDRESS")):
+    if not train.use_gpu and cluster_address(cfg.ray) is None:
         worker_precision(train, "cpu", f"{section}.train.precision")
 
 
