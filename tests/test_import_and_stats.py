@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -44,12 +45,12 @@ def test_import_refuses_to_overwrite_and_names_bad_input(user_corpus, tmp_path):
         import_corpus(str(out / "generic"), out)
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"content": "a real sentence"}) + "\n")
-    with pytest.raises(Exception, match=r"bad.jsonl: no column 'text' \(columns: \['content'\]\)"):
+    with pytest.raises(CorpusImportError, match=r"bad.jsonl:1: no field 'text' \(fields: \['content'\]\); pass --text-column"):
         import_corpus(str(bad), tmp_path / "c")
     assert not (tmp_path / "c" / "generic").exists()
     typed = tmp_path / "typed.jsonl"
     typed.write_text(json.dumps({"text": 5}) + "\n")
-    with pytest.raises(Exception, match=r"typed.jsonl: a row's 'text' is int, not text"):
+    with pytest.raises(CorpusImportError, match=r"typed.jsonl:1: 'text' is a JSON int, not text"):
         import_corpus(str(typed), tmp_path / "d")
 
 
@@ -151,30 +152,80 @@ def test_a_huge_record_is_split_into_documents_as_the_bundled_build_splits(corpu
     assert len({r["id"] for r in pieces}) == len(pieces)
 
 
-def test_a_bad_json_lines_file_is_named_with_its_line(tmp_path):
-    """Issue 19: a malformed line, non-UTF-8 bytes, a byte-order mark or a non-object line gave a
-    ~300-line traceback naming no file or line (Ray Data's reader); the import names both."""
-    from slm.corpus.importer import diagnose_jsonl
+def test_every_json_lines_line_is_a_record_or_says_why():
+    """Issue 19: a malformed line, non-UTF-8 bytes, a byte-order mark with CRLF, a lone surrogate or a
+    non-object line made Ray Data's reader fail with a ~300-line traceback naming no file or line.
+    Line by line: a BOM and CRLF read as editors read them, bad bytes and lone surrogates become U+FFFD
+    (counted), and a line that is not a record says why."""
+    import io
 
-    good = json.dumps({"text": "A sentence."})
-    cases = {
-        "malformed.jsonl": (f"{good}\n{{\"text\": \"cut off\n{good}\n".encode(), ":2: not JSON"),
-        "latin1.jsonl": (f"{good}\n\n".encode() + '{"text": "caf\xe9"}\n'.encode("latin-1"), ":3: not UTF-8"),
-        "bom.jsonl": (b"\xef\xbb\xbf" + f"{good}\r\n".encode(), ":1: starts with a UTF-8 byte-order mark"),
-        "number.jsonl": (f"{good}\n42\n".encode(), ":2: a JSON int, not an object"),
+    from slm.corpus.importer import _lines, line_schema, parse_line
+
+    good = json.dumps({"text": "A sentence."}).encode()
+    assert list(_lines(io.BytesIO(b"a\nbb\n\nccc"), chunk=2)) == [b"a", b"bb", b"", b"ccc"]
+    assert list(_lines(io.BytesIO(b"x" * 10 + b"\n"), chunk=3)) == [b"x" * 10]
+    row = parse_line(b"\xef\xbb\xbf" + good + b"\r", 1, "text")
+    assert (row["text"], row["_error"], row["_decode_errors"]) == ("A sentence.", None, 0)
+    assert parse_line(b"  \r", 4, "text") is None  # a blank line: no row, but it keeps its number
+    latin1 = parse_line('{"text": "caf\xe9"}'.encode("latin-1"), 3, "text")
+    assert (latin1["text"], latin1["_decode_errors"], latin1["_replaced_chars"]) == ("caf\ufffd", 1, 1)
+    lone = parse_line(b'{"text": "a \\ud800 b \\ud83d\\ude00"}', 2, "text")  # a lone and a paired surrogate
+    assert (lone["text"], lone["_decode_errors"], lone["_replaced_chars"]) == ("a \ufffd b \U0001F600", 1, 1)
+    errors = {
+        b'{"text": "cut off': "not JSON: Unterminated string starting at (column 10)",
+        b"42": "a JSON int, not an object with a 'text' field",
+        b'{"body": "x"}': "no field 'text' (fields: ['body']); pass --text-column",
+        b'{"text": ["x"]}': "'text' is a JSON list, not text",
     }
-    for name, (content, expected) in cases.items():
-        (tmp_path / name).write_bytes(content)
-        assert diagnose_jsonl(tmp_path / name).startswith(f"{tmp_path / name}{expected}"), name
-    (tmp_path / "fine.jsonl").write_text(f"{good}\r\n\n{good}\n")
-    assert diagnose_jsonl(tmp_path / "fine.jsonl") is None
+    for raw, why in errors.items():
+        row = parse_line(raw, 7, "text")
+        assert row["text"] is None and row["_line"] == 7 and row["_error"].startswith(why), (raw, row)
+        assert row["_raw"] == raw.decode()
+    assert pa.Table.from_pylist([row, latin1], schema=line_schema("text")).num_rows == 2
+
+
+def test_bad_lines_are_quarantined_with_file_and_line_or_stop_the_import(ray_local, tmp_path):
+    """`--on-error skip` (the default): the records imported, each bad line in <corpus>/quarantine/<role>
+    with its file, line and why, counted in the manifest; `--on-error fail`: the lines named, nothing
+    written. A truncated Parquet file is passed over with why (or fails, naming it)."""
+    texts = [f"Record number {i} of a small real-looking file, with a sentence or two." for i in range(6)]
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps({"text": t}) + "\r\n"
+                                                                 for t in texts[:2]).encode())
+    (folder / "mixed.jsonl").write_bytes(
+        (json.dumps({"text": texts[2]}) + "\n{\"text\": \"cut off\n\n42\n").encode()
+        + '{"text": "caf\xe9 au lait, a non-UTF-8 line"}\n'.encode("latin-1")
+        + (json.dumps({"text": texts[3]}) + "\n").encode())
+    pq.write_table(pa.table({"text": texts[4:]}), folder / "whole.parquet")
+    (folder / "cut.parquet").write_bytes((folder / "whole.parquet").read_bytes()[:-20])
+
+    with pytest.raises(CorpusImportError, match=r"cut.parquet: not a readable Parquet file.*nothing was imported"):
+        import_corpus(str(folder), tmp_path / "c", on_error="fail")
+    (folder / "cut.parquet").unlink()
+    with pytest.raises(CorpusImportError) as err:
+        import_corpus(str(folder), tmp_path / "c", on_error="fail")
+    assert "mixed.jsonl:2: not JSON" in str(err.value) and "mixed.jsonl:4: a JSON int" in str(err.value)
+    assert "nothing was imported" in str(err.value) and not (tmp_path / "c").exists()
+
+    (folder / "cut.parquet").write_bytes((folder / "whole.parquet").read_bytes()[:-20])
+    record = import_corpus(str(folder), tmp_path / "c")
+    assert [s["file"] for s in record["skipped"]] == [str(folder / "cut.parquet")]
+    assert (record["records"], record["quarantined"], record["decode_errors"]) == (9, 2, 1)
+    imported = pq.read_table(sorted((tmp_path / "c" / "generic").glob("*.parquet"))).column("text").to_pylist()
+    assert sorted(imported) == sorted(texts + ["caf\ufffd au lait, a non-UTF-8 line"])
+    quarantined = [json.loads(line) for f in sorted((tmp_path / "c" / record["quarantine"]).glob("*.json*"))
+                   for line in f.read_text().splitlines()]
+    assert sorted((Path(q["file"]).name, q["line"], q["error"][:10]) for q in quarantined) == [
+        ("mixed.jsonl", 2, "not JSON: "), ("mixed.jsonl", 4, "a JSON int")]
+    assert json.loads((tmp_path / "c" / "manifest.json").read_text())["imports"]["generic"]["quarantined"] == 2
 
 
 def test_an_import_of_a_malformed_file_names_the_line_and_writes_nothing(ray_local, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"text": "One real sentence."}) + "\n{\"text\": \"cut off\n")
-    with pytest.raises(CorpusImportError, match=r"bad.jsonl:2: not JSON .*nothing was imported"):
-        import_corpus(str(bad), tmp_path / "c")
+    with pytest.raises(CorpusImportError, match=r"bad.jsonl:2: not JSON: Unterminated.*nothing was imported"):
+        import_corpus(str(bad), tmp_path / "c", on_error="fail")
     assert not (tmp_path / "c" / "generic").exists()
 
 
@@ -209,3 +260,21 @@ def test_a_document_given_twice_is_kept_once_and_counted(ray_local, corpus_dir, 
     record = import_corpus(str(source), tmp_path / "c")
     assert record["records"] == 10 * len(texts) and record["duplicates"] == 9 * len(texts)
     assert record["splits"]["all"]["documents"] == len(texts)
+
+
+def test_a_domain_brings_its_own_valid_split(ray_local, corpus_dir, tmp_path):
+    """Issue 19: `--domain` always re-split by hash. `--valid PATH` is the valid split, whole; a document
+    in both inputs leaves train (no document in both splits); the record says which was used."""
+    texts = _real_texts(corpus_dir, "legal", 24)
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:20]))
+    (tmp_path / "valid.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[19:]))
+    record = import_corpus(str(tmp_path / "train.jsonl"), tmp_path / "c", "contracts",
+                           valid=str(tmp_path / "valid.jsonl"), max_doc_chars=None)
+    split = {s: set(pq.read_table(sorted((tmp_path / "c" / "domains" / "contracts" / s).glob("*.parquet")),
+                                  columns=["text"]).column("text").to_pylist()) for s in ("train", "valid")}
+    normal = [documents.normalize(t) for t in texts]
+    assert split["valid"] == set(normal[19:]) and split["train"] == set(normal[:19])
+    assert record["valid_split"]["from"] == "file" and record["valid_split"]["dropped_from_train"] == 1
+    assert record["valid_split"]["records"] == 5
+    with pytest.raises(CorpusImportError, match="--valid is a domain's valid split"):
+        import_corpus(str(tmp_path / "train.jsonl"), tmp_path / "c", valid=str(tmp_path / "valid.jsonl"))

@@ -60,7 +60,7 @@ def test_quickstart_job_on_the_mini_corpus(slm_cli, mini_corpus_dir, embedded, t
     assert list(results) == STAGES
     # the data tests' embedding is this job's too (the same vectors' config): found complete, nothing redone
     assert results["embed"]["windows"] == manifest["windows"]
-    assert "already complete; 0 to do" in out
+    assert "already complete and current; 0 to do" in out
 
 
 # ~7 min with AMX; ~35 min on a 2-core AVX2 machine (float32): legal's whole train split is 13,750 windows.

@@ -76,6 +76,8 @@ def cmd_corpus_import(args) -> int:
     from slm.runtime import init_ray, shutdown_ray
 
     cfg = _job(args)
+    if args.generic and args.valid:
+        raise ConfigError("--valid is a domain's valid split: use it with --domain")
     if not args.generic:  # before Ray starts (~35 s here): a name that cannot be a domain fails now
         check_name(args.domain, "--domain")
         if args.domain == GENERIC:
@@ -84,8 +86,8 @@ def cmd_corpus_import(args) -> int:
     try:
         record = import_corpus(args.path, cfg.corpus.dir, None if args.generic else args.domain,
                                fmt=args.format, text_column=args.text_column, source=args.source,
-                               valid_fraction=cfg.corpus.valid_fraction, replace=args.replace,
-                               max_doc_chars=cfg.corpus.max_doc_chars)
+                               valid_fraction=cfg.corpus.valid_fraction, valid=args.valid, replace=args.replace,
+                               max_doc_chars=cfg.corpus.max_doc_chars, on_error=args.on_error)
     finally:
         shutdown_ray()
     print(json.dumps(record, indent=2))
@@ -232,7 +234,12 @@ def parser() -> argparse.ArgumentParser:
     imp.add_argument("--format", choices=["jsonl", "parquet", "text"], help="default: from the path")
     imp.add_argument("--text-column", default="text")
     imp.add_argument("--source", help="the value of the source column (default: the file or folder name)")
+    imp.add_argument("--valid", metavar="PATH", help="a domain's own valid split (JSONL, Parquet or text files, as "
+                                                    "PATH); default: corpus.valid_fraction of PATH, chosen by hash")
     imp.add_argument("--replace", action="store_true", help="overwrite an existing generic corpus or domain")
+    imp.add_argument("--on-error", choices=["skip", "fail"], default="skip",
+                     help="a JSON Lines line that is not a record: quarantine it under the corpus and go on "
+                          "(skip, the default), or stop naming it with nothing imported (fail)")
     with_overrides(imp, False)
     imp.set_defaults(fn=cmd_corpus_import)
 

@@ -88,6 +88,10 @@ def stage_histogram(cfg: JobConfig, run_dir: Path) -> dict:
     layout = RunLayout.of(cfg)
     result = write_histograms(require(layout.clusters_json, "cluster").parent, cfg.histogram.alpha,
                               layout.histograms, cfg.histogram.domains or None)
+    left_out = sorted(set(corpus_domains(cfg.corpus.dir)) - set(result["domains"]))
+    if left_out:  # not an error (a job may embed some domains only), but never silent
+        print(f"[histogram] corpus domains with no embedded windows, so no histogram: {left_out} "
+              f"(embed.domains={cfg.embed.domains or 'every domain'})", flush=True)
     return {d: {"entropy": h["entropy"], "kl_to_generic": h["kl_to_generic"]} for d, h in result["domains"].items()}
 
 
@@ -140,8 +144,8 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
                 data = require(layout.resampled(domain, method) / "data", "resample")
                 jobs.append((f"resampled/{domain}/{method}", data, None))
     if "valid" in cfg.pack.sets:
-
-        for d in cfg.corpus.domains:
+        # Every domain the job evaluates: the corpus's and those it resamples for (a new domain too).
+        for d in dict.fromkeys([*cfg.corpus.domains, *cfg.resample.all_domains]):
             files = sorted(str(f) for f in domain_dir(cfg.corpus.dir, d, "valid").glob("*.parquet"))
             if not files:
                 raise MissingInputError(f"{domain_dir(cfg.corpus.dir, d, 'valid')} holds no Parquet shards: "

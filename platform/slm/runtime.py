@@ -29,13 +29,15 @@ class RayConfig:
     num_cpus: int | None = None  # embedded Ray only; None = all CPUs
     include_dashboard: bool = True
     dashboard_host: str = "127.0.0.1"
-    dashboard_port: int = 8265
+    # None: Ray's 8265, or the first free port after it when another Ray (a second run, a notebook)
+    # holds it; the [ray] line prints where the dashboard is. A number is that port or an error.
+    dashboard_port: int | None = None
 
     def validate(self, prefix: str = "") -> None:
         if self.num_cpus is not None and self.num_cpus < 1:
             raise ConfigError(f"config key '{prefix}num_cpus': at least 1 (or null: every CPU), got {self.num_cpus}")
-        if not 1 <= self.dashboard_port <= 65535:
-            raise ConfigError(f"config key '{prefix}dashboard_port': a TCP port, 1-65535, got {self.dashboard_port}")
+        if self.dashboard_port is not None and not 1 <= self.dashboard_port <= 65535:
+            raise ConfigError(f"config key '{prefix}dashboard_port': a TCP port, 1-65535 (or null: 8265 or the next free one), got {self.dashboard_port}")
 
 
 VERBOSE_ENV = "SLM_VERBOSE"

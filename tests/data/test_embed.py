@@ -13,7 +13,7 @@ import pytest
 from slm.corpus.layout import corpus_files
 from slm.data import tokenizers
 from slm.data.config import EmbedConfig
-from slm.data.embed import WORK, embed_corpus, embedding_files, split_windows
+from slm.data.embed import WORK, WORK_FINGERPRINT, embed_corpus, embedding_files, split_windows
 from tests.conftest import embed_config_for_tests
 
 pytestmark = pytest.mark.ray
@@ -91,6 +91,7 @@ def test_rerun_skips_finished_shards_and_resumes_a_partial_one(embedded, mini_co
     work = out / WORK / shard
     work.mkdir(parents=True)
     pq.write_table(partial, work / "batch-interrupted.parquet")
+    (work / WORK_FINGERPRINT).write_text(manifest["shards"][shard]["input"])  # made from this very input
     final.unlink()
     others = {p: p.stat().st_mtime_ns for p in map(Path, embedding_files(out))}
 
@@ -117,11 +118,19 @@ def test_a_sample_of_generic_embeds_the_chosen_domains_whole(mini_corpus_dir):
     cfg = EmbedConfig(fraction=0.3, domains=["legal"])
     chosen = shards_to_embed(mini_corpus_dir, cfg)
     assert sorted(chosen) == sorted(files["all"] + [f for f in files["train"] if "/legal/" in f])
+    generic_total = generic_picked = 0
     for path, fraction in chosen.items():
         everything = set(pq.read_table(path, columns=["id"]).column("id").to_pylist())
         picked = selected_ids(path, fraction)
-        assert (picked == everything) == ("/legal/" in path)
         assert picked <= everything
+        if "/legal/" in path:
+            assert picked == everything, path
+        else:  # a shard may hold a single document, picked or not: count over every generic shard
+            generic_total, generic_picked = generic_total + len(everything), generic_picked + len(picked)
+    assert generic_total >= 200, "the mini corpus is too small to measure a sample fraction"
+    # 0.3 of the generic documents, within 4 binomial standard deviations (a hash-based sample).
+    assert abs(generic_picked - 0.3 * generic_total) < 4 * (0.3 * 0.7 * generic_total) ** 0.5, \
+        (generic_picked, generic_total)
     assert set(shards_to_embed(mini_corpus_dir, EmbedConfig(fraction=0.3))) == set(files["all"] + files["train"])
     with pytest.raises(ValueError, match=r"'embed.domains': \['poetry'\] not in"):
         shards_to_embed(mini_corpus_dir, EmbedConfig(domains=["legal", "poetry"]))
@@ -268,3 +277,55 @@ def test_a_planted_cache_file_is_never_unpickled(tmp_path, monkeypatch):
     assert embedder.dimension() == 384 and list((tmp_path / "local").glob("*.pt"))
     # the load looked at the planted file (nothing else was exported into the shared cache) and left it
     assert [p.name for p in cache.glob("*.pt")] == [path.name]
+
+
+def test_outputs_of_other_inputs_or_fractions_are_never_reused(mini_corpus_dir, tmp_path):
+    """Reuse is keyed shard by shard by what made it. Three ways an output went stale: (1) a run with
+    another embed.fraction interrupted before its manifest, (2) generic re-imported with --replace,
+    (3) a new domain embedded into the same output — after which the clusters are made again."""
+    from slm.corpus.importer import import_corpus
+    from slm.data.cluster import cluster
+    from slm.data.config import ClusterConfig
+
+    corpus, out = tmp_path / "corpus", tmp_path / "emb"
+    texts = pq.read_table(corpus_files(mini_corpus_dir)["all"], columns=["text"]).column("text").to_pylist()
+    pq.write_table(pa.table({"text": texts[:24]}), tmp_path / "generic-a.parquet")
+    pq.write_table(pa.table({"text": texts[24:48]}), tmp_path / "generic-b.parquet")
+    import_corpus(str(tmp_path / "generic-a.parquet"), corpus)
+    for domain in ("legal", "medical"):
+        legal = pq.read_table(corpus_files(mini_corpus_dir)["train"], columns=["text", "domain"]).to_pydict()
+        mine = [t for t, d in zip(legal["text"], legal["domain"], strict=True) if d == domain][:12]
+        pq.write_table(pa.table({"text": mine}), tmp_path / f"{domain}.parquet")
+        import_corpus(str(tmp_path / f"{domain}.parquet"), corpus, domain, valid_fraction=0.5)
+
+    def generic_docs() -> set[str]:
+        return set(pq.read_table(embedding_files(out / "generic"), columns=["doc_id"]).column("doc_id").to_pylist())
+
+    # (1) A fraction-0.5 run whose manifest was never written, rerun with fraction 1.0.
+    half = EmbedConfig(batch_docs=32, compile="never", fraction=0.5, domains=["legal"])
+    embed_corpus(corpus, half, out)
+    (out / "manifest.json").unlink()
+    whole = EmbedConfig(batch_docs=32, compile="never", domains=["legal"])
+    manifest = embed_corpus(corpus, whole, out)
+    assert manifest["dropped_stale_shards"] and all(s.startswith("generic/") for s in manifest["dropped_stale_shards"])
+    first_generic = set(pq.read_table(corpus_files(corpus)["all"], columns=["id"]).column("id").to_pylist())
+    assert generic_docs() == first_generic  # all of them, not the half the interrupted run had
+    legal_files = {p: Path(p).stat().st_mtime_ns for p in embedding_files(out / "domains" / "legal")}
+
+    cluster_cfg = ClusterConfig(k=2, sample_size=1000)
+    first = cluster(out, cluster_cfg, tmp_path / "clusters")
+    assert cluster(out, cluster_cfg, tmp_path / "clusters")["config_hash"] == first["config_hash"]  # reused
+
+    # (2) generic replaced, (3) medical embedded too: no window of a document that left the corpus
+    # survives, legal is not redone, and the clusters follow the embeddings (made again, medical assigned).
+    import_corpus(str(tmp_path / "generic-b.parquet"), corpus, replace=True)
+    manifest = embed_corpus(corpus, EmbedConfig(batch_docs=32, compile="never", domains=["legal", "medical"]), out)
+    now_generic = set(pq.read_table(corpus_files(corpus)["all"], columns=["id"]).column("id").to_pylist())
+    assert now_generic.isdisjoint(first_generic) and generic_docs() == now_generic
+    assert {p: Path(p).stat().st_mtime_ns for p in embedding_files(out / "domains" / "legal")} == legal_files
+    assert manifest["documents"] == len(now_generic) + sum(
+        pq.read_metadata(f).num_rows for f in corpus_files(corpus)["train"])
+    second = cluster(out, cluster_cfg, tmp_path / "clusters")
+    assert second["config_hash"] != first["config_hash"]
+    assigned = set(pq.read_table(tmp_path / "clusters" / "assignments", columns=["domain"]).column("domain").to_pylist())
+    assert assigned == {"generic", "legal", "medical"}

@@ -4,6 +4,9 @@ ZeRO-2 (every rank's optimizer shard checkpointed, the run resumed from it, the 
 
 from __future__ import annotations
 
+import shutil
+import time
+
 import pytest
 from safetensors.torch import load_file
 
@@ -56,7 +59,7 @@ def test_worker_sigkill_resumes_from_the_last_checkpoint(train_run, uninterrupte
     assert all((final_a[k] - final_b[k]).abs().max() < 1e-4 for k in final_a)
 
 
-def test_deepspeed_zero2_checkpoints_every_rank_and_resumes(train_run, uninterrupted):
+def test_deepspeed_zero2_checkpoints_every_rank_and_resumes(train_run, uninterrupted, capsys):
     args = [*TWO_WORKERS, "pretrain.name=zero2", "pretrain.train.strategy=deepspeed", "pretrain.train.zero_stage=2",
             "pretrain.train.budget.steps=20", "pretrain.train.checkpoint_every=10"]
     cfg = load_job(None, train_overrides(train_run, *args))
@@ -80,3 +83,18 @@ def test_deepspeed_zero2_checkpoints_every_rank_and_resumes(train_run, uninterru
     after = load_file(out / "model.safetensors")
     assert all(bool((before[k] == after[k]).all()) for k in before)
     assert read_manifest(out)["complete"]
+    # Issue 19: the newest checkpoint folder deleted by hand. Ray Train's record still named it and every
+    # rerun failed (CheckpointManagerInitializationError) until the whole ray_train folder went; the record
+    # is set aside and the run resumes from the checkpoint before, to the same model.
+    shutil.rmtree(ray_dir / "step-00000020")
+    (out / "manifest.json").unlink()
+    capsys.readouterr()
+    started = time.time()
+    third = pretrain(cfg, cfg.run.dir)
+    said = capsys.readouterr().out
+    assert "names checkpoints that are gone (step-00000020)" in said, said
+    rows = rows_by_step(out)  # steps 1-10 logged before this rerun, 11-20 by it: resumed at step 10
+    assert third["steps"] == 20 and sorted(rows) == list(range(1, 21))
+    assert all((rows[step]["wall_time"] > started) == (step > 10) for step in rows)
+    again_after = load_file(out / "model.safetensors")
+    assert all((before[k] - again_after[k]).abs().max() < 1e-4 for k in before)

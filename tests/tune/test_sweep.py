@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,8 +17,10 @@ from dataclasses import replace
 import pyarrow.parquet as pq
 import pytest
 
-from slm.config import ConfigError
+from slm.artifacts import atomic_write_text
+from slm.config import ConfigError, dump_yaml
 from slm.job import load_job
+from slm.layout import RunLayout
 from slm.tune.advise import advise, format_advice
 from slm.tune.report import markdown, near_front, pareto
 from slm.tune.results import MEANS, aggregate
@@ -35,7 +40,7 @@ def test_bad_sweep_specs_fail_before_any_trial(train_run):
         spec("sweep.domain_tokens=[]")
     with pytest.raises(SweepSpecError, match="over sweep.inference_budget"):
         plan(spec("sweep.sizes=[tiny, d4]", "sweep.inference_budget=2e6"))
-    with pytest.raises(SweepSpecError, match="'medical' has no packed train data"):
+    with pytest.raises(SweepSpecError, match=r"'medical' has no packed .*domain/medical.*make it with `slm run"):
         plan(spec("sweep.domains=[legal, medical]"))
     with pytest.raises(SweepSpecError, match="sweep.sizes"):
         plan(spec("sweep.sizes=[huge]"))
@@ -54,6 +59,22 @@ def test_bad_sweep_specs_fail_before_any_trial(train_run):
         ("generic-tiny-p10-t1000-s5-seed3", "generic-tiny-p10-t1000-s5", 3)]
     with pytest.raises(ConfigError, match="sweep.seeds"):
         spec("sweep.seeds=[1, 1]")
+
+
+def test_the_missing_data_hint_works_as_written(train_run, slm_cli, tmp_path):
+    """A sweep over a domain the data stages left out names the command that makes its data; run
+    verbatim (in a copy of the run directory, as `slm sweep` left it), the sweep's plan then passes."""
+    shutil.copytree(train_run.run.dir, tmp_path / train_run.run.name)
+    cfg = load_job(None, train_overrides(train_run, f"run.root={tmp_path}", "resample.tokens=20000",
+                                         "resample.methods=[crisp]", "sweep.sizes=[tiny]",
+                                         "sweep.methods=[generic, importance]", "sweep.domains=[legal, medical]"))
+    atomic_write_text(RunLayout.of(cfg).config, dump_yaml(cfg))  # what `slm sweep` writes first
+    with pytest.raises(SweepSpecError) as err:
+        plan(cfg)
+    command = shlex.split(re.search(r"make it with `([^`]*)`", str(err.value)).group(1))
+    assert command[:2] == ["slm", "run"], err.value
+    slm_cli(*command[1:])
+    assert {r["name"] for r in plan(cfg)["runs"]} == {"generic-tiny", "importance-legal-tiny", "importance-medical-tiny"}
 
 
 def test_the_claims_experiments_are_planned_beside_the_grid(tmp_path):

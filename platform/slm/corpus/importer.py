@@ -5,6 +5,11 @@ a cluster. Documents get the same treatment as the bundled corpus: normalized te
 id, empty documents dropped and counted, undecodable bytes replaced and counted, domains split into
 train/valid by hash. Output is written under a temporary name and renamed into place; the corpus
 manifest records the import.
+
+JSON Lines are read line by line (``JsonLinesDatasource``), so that every line is accounted for: a line
+that is not a record (malformed JSON, another JSON type, no text field, a non-text value) is quarantined
+to ``<corpus>/quarantine/<role>/`` with its file, line and why, and counted (``--on-error skip``, the
+default), or stops the import naming them with nothing written (``--on-error fail``).
 """
 
 from __future__ import annotations
@@ -12,7 +17,11 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
+import shutil
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +30,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import ray.data
 from ray.data.aggregate import Count, Sum
+from ray.data.datasource import FileBasedDatasource
+from ray.data.expressions import col
 
 from slm.artifacts import atomic_path, read_manifest, write_manifest
 from slm.corpus import documents
@@ -43,12 +54,18 @@ def _format_of(name: str) -> str | None:
     return next((fmt for fmt, suffixes in FORMATS.items() if lower.endswith(suffixes)), None)
 
 
-def input_files(path: str, fmt: str | None = None) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
+ON_ERROR = ("skip", "fail")
+QUARANTINE = "quarantine"
+
+
+def input_files(path: str, fmt: str | None = None, on_error: str = "skip"
+                ) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
     """What ``slm corpus import PATH`` reads, checked before Ray starts: the files by format and the files
     passed over with why. A folder gives every supported file below it, whatever their formats (each read
     as its own); a glob its matches; a remote URI (``s3://…``) is handed to Ray Data as it is. A missing
     path, a glob that matches nothing, a JSON array (not JSON Lines) and nothing readable fail here,
-    naming the path."""
+    naming the path; a Parquet file whose footer cannot be read (truncated, not Parquet) is passed over
+    with why, or fails with ``on_error="fail"``."""
     if "://" in path:  # a remote file says its format by its name; a remote folder needs --format
         kind = fmt or _format_of(path.rstrip("/"))
         if kind not in ("jsonl", "parquet") and not fmt:
@@ -80,6 +97,15 @@ def input_files(path: str, fmt: str | None = None) -> tuple[dict[str, list[str]]
             if head.startswith(b"["):
                 raise CorpusImportError(f"{f}: a JSON array, not JSON Lines (one object per line); convert it "
                                         f"with: jq -c '.[]' {f.name} > {f.stem}.jsonl")
+        if kind == "parquet":
+            try:
+                pq.read_metadata(f)
+            except (pa.ArrowException, OSError) as err:
+                why = f"not a readable Parquet file (truncated or another format: {err})"
+                if on_error == "fail":
+                    raise CorpusImportError(f"{f}: {why}; nothing was imported") from None
+                skipped.append((str(f), why))
+                continue
         files.setdefault(kind, []).append(str(f))
     if not files:
         raise CorpusImportError(f"{path}: nothing to import ("
@@ -87,34 +113,97 @@ def input_files(path: str, fmt: str | None = None) -> tuple[dict[str, list[str]]
     return files, skipped
 
 
-def diagnose_jsonl(path: str | Path, text_column: str = "text") -> str | None:
-    """The first thing in a JSON Lines file that stops a reader, as ``FILE:LINE: what``, or None.
-    Ray Data's JSON reader (pandas / Arrow underneath) fails on such a file with a long traceback that
-    names neither; the import runs this on its JSON Lines inputs when the read fails."""
-    path = Path(path)
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                return (f"{path}:1: starts with a UTF-8 byte-order mark, which the JSON reader refuses; remove "
-                        f"it (e.g. sed -i '1s/^\\xEF\\xBB\\xBF//' {path.name})")
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                return f"{path}:{number}: not UTF-8 (byte {err.start}: {raw[err.start:err.start + 4]!r})"
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                return f"{path}:{number}: not JSON ({err.msg} at column {err.colno})"
-            if not isinstance(record, dict):
-                return f"{path}:{number}: a JSON {type(record).__name__}, not an object with a {text_column!r} field"
-    return None
+BOM = b"\xef\xbb\xbf"
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads pairs valid ones: what is left is lone
+RAW_KEPT = 2000  # characters of a quarantined line kept to show what it was
+ROWS_PER_BLOCK = 1024
 
 
-def _read(paths: str | list[str], fmt: str):
+def _lines(stream, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """The lines of a binary stream without their ``\n`` (a last line without one too), read in pieces
+    of ``chunk`` bytes: a line as long as the file is joined once, never re-copied per piece."""
+    pending: list[bytes] = []
+    while block := stream.read(chunk):
+        start = 0
+        while (end := block.find(b"\n", start)) != -1:
+            pending.append(block[start:end])
+            yield b"".join(pending)
+            pending, start = [], end + 1
+        pending.append(block[start:])
+    if tail := b"".join(pending):
+        yield tail
+
+
+def parse_line(raw: bytes, number: int, text_column: str) -> dict | None:
+    """One JSON Lines line as a row: the record's text, or ``_error`` saying why it is not a record.
+    None for a blank line. A byte-order mark and ``\r\n`` read as editors read them; bytes that are
+    not UTF-8 and lone surrogates (``"\\ud800"``) become U+FFFD, counted."""
+    if number == 1 and raw.startswith(BOM):
+        raw = raw[len(BOM):]
+    raw = raw.rstrip(b"\r")
+    if not raw.strip():
+        return None
+    counts = documents.SourceCounts()
+    line = documents.decode(raw, counts=counts)
+    row = {text_column: None, "_line": number, "_error": None, "_raw": None}
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        row["_error"] = f"not JSON: {err.msg} (column {err.colno})"
+    else:
+        value = record.get(text_column) if isinstance(record, dict) else None
+        if not isinstance(record, dict):
+            row["_error"] = f"a JSON {type(record).__name__}, not an object with a {text_column!r} field"
+        elif text_column not in record:
+            row["_error"] = f"no field {text_column!r} (fields: {sorted(record)[:10]}); pass --text-column"
+        elif value is not None and not isinstance(value, str):
+            row["_error"] = f"{text_column!r} is a JSON {type(value).__name__}, not text"
+        else:
+            text = value or ""
+            lone = len(_LONE_SURROGATE.findall(text))
+            if lone:
+                text = _LONE_SURROGATE.sub(documents.REPLACEMENT, text)
+                counts.decode_errors = 1
+                counts.replaced_chars += lone
+            row[text_column] = text
+    if row["_error"]:
+        row["_raw"] = _LONE_SURROGATE.sub(documents.REPLACEMENT, line[:RAW_KEPT])
+    return row | {"_decode_errors": counts.decode_errors, "_replaced_chars": counts.replaced_chars}
+
+
+def line_schema(text_column: str) -> pa.Schema:
+    """The rows ``parse_line`` makes."""
+    return pa.schema([(text_column, pa.string()), ("_line", pa.int64()), ("_error", pa.string()),
+                      ("_raw", pa.string()), ("_decode_errors", pa.int64()), ("_replaced_chars", pa.int64())])
+
+
+class JsonLinesDatasource(FileBasedDatasource):
+    """JSON Lines (``.jsonl``, ``.json``; gzip or zstd by extension) as rows of the text field, one per
+    line, with ``_line`` and, for a line that is not a record, ``_error`` (``parse_line``). Ray Data's
+    own JSON reader refuses a whole file over one bad line (or a byte-order mark) with a traceback that
+    names neither the file nor the line."""
+
+    def __init__(self, paths, text_column: str, **kwargs):
+        super().__init__(paths, **kwargs)
+        self.text_column = text_column
+        self.schema = line_schema(text_column)
+
+    def _read_stream(self, f, path: str) -> Iterator[pa.Table]:
+        rows = []
+        for number, raw in enumerate(_lines(f), start=1):
+            row = parse_line(raw, number, self.text_column)
+            if row is not None:
+                rows.append(row)
+            if len(rows) == ROWS_PER_BLOCK:
+                yield pa.Table.from_pylist(rows, schema=self.schema)
+                rows = []
+        if rows:
+            yield pa.Table.from_pylist(rows, schema=self.schema)
+
+
+def _read(paths: str | list[str], fmt: str, text_column: str):
     if fmt == "jsonl":
-        return ray.data.read_json(paths, lines=True, include_paths=True)
+        return ray.data.read_datasource(JsonLinesDatasource(paths, text_column, include_paths=True))
     if fmt == "parquet":
         return ray.data.read_parquet(paths, include_paths=True)
     if fmt == "text":
@@ -125,7 +214,8 @@ def _read(paths: str | list[str], fmt: str):
 def _read_all(files: dict[str, list[str]], **normalize):
     """Every format's files, each through its reader and normalized to the corpus schema, as one dataset
     (normalized first: a batch may join blocks, and the formats' raw columns differ)."""
-    datasets = [_read(paths, fmt).map_batches(_normalize_batch, fn_kwargs=normalize, batch_format="pyarrow")
+    datasets = [_read(paths, fmt, normalize["text_column"]).map_batches(_normalize_batch, fn_kwargs=normalize,
+                                                                         batch_format="pyarrow")
                 for fmt, paths in sorted(files.items())]
     return datasets[0].union(*datasets[1:]) if len(datasets) > 1 else datasets[0]
 
@@ -135,8 +225,13 @@ def _normalize_batch(batch: pa.Table, text_column: str, source: str, domain: str
     """A batch of records as corpus rows: decoded (undecodable bytes replaced and counted), normalized,
     hashed; a record longer than ``max_chars`` split at paragraph boundaries into several documents, as
     the bundled build splits its sources (``_first`` marks each record's first piece, so that the
-    counts stay per record)."""
+    counts stay per record). A JSON Lines line that is not a record passes as an empty row flagged
+    ``_quarantined``, with its line and why."""
     paths = batch.column("path").to_pylist()
+    n = batch.num_rows
+    per_line = {k: batch.column(k).to_pylist() if k in batch.column_names else [default] * n
+                for k, default in (("_line", None), ("_error", None), ("_raw", None),
+                                   ("_decode_errors", 0), ("_replaced_chars", 0))}
     if "bytes" in batch.column_names and text_column not in batch.column_names:
         raw_texts = batch.column("bytes").to_pylist()  # a folder of text files: one file, one document
     elif text_column in batch.column_names:
@@ -145,7 +240,7 @@ def _normalize_batch(batch: pa.Table, text_column: str, source: str, domain: str
         columns = [c for c in batch.column_names if c != "path"]
         raise CorpusImportError(f"{paths[0]}: no column {text_column!r} (columns: {columns}); "
                            "pass --text-column")
-    texts, first, bad, replaced, empty, where = [], [], [], [], [], []
+    texts, first, bad, replaced, empty, where, origin = [], [], [], [], [], [], []
     for i, raw in enumerate(raw_texts):
         if raw is not None and not isinstance(raw, (str, bytes)):
             raise CorpusImportError(f"{paths[i]}: a row's {text_column!r} is {type(raw).__name__}, not text")
@@ -155,10 +250,11 @@ def _normalize_batch(batch: pa.Table, text_column: str, source: str, domain: str
         for k, piece in enumerate(pieces or [""]):
             texts.append(piece)
             first.append(k == 0)
-            bad.append(counts.decode_errors if k == 0 else 0)
-            replaced.append(counts.replaced_chars if k == 0 else 0)
-            empty.append(not piece)
+            bad.append(counts.decode_errors + per_line["_decode_errors"][i] if k == 0 else 0)
+            replaced.append(counts.replaced_chars + per_line["_replaced_chars"][i] if k == 0 else 0)
+            empty.append(not piece and per_line["_error"][i] is None)
             where.append(paths[i])
+            origin.append(i)
     return pa.table({
         "id": [documents.doc_id(t) for t in texts],
         "text": texts,
@@ -170,7 +266,56 @@ def _normalize_batch(batch: pa.Table, text_column: str, source: str, domain: str
         "_decode_errors": np.array(bad, dtype=np.int64),
         "_replaced_chars": np.array(replaced, dtype=np.int64),
         "_path": where,
+        "_quarantined": pa.array([per_line["_error"][i] is not None for i in origin], pa.bool_()),
+        "_line": pa.array([per_line["_line"][i] for i in origin], pa.int64()),
+        "_error": pa.array([per_line["_error"][i] for i in origin], pa.string()),
+        "_raw": pa.array([per_line["_raw"][i] for i in origin], pa.string()),
     })
+
+
+@dataclass
+class Documents:
+    """One input read: its documents (empty ones and repeats dropped, materialized), its lines that are
+    not records, and the counts of what happened on the way."""
+
+    inputs: dict[str, list[str]]
+    skipped: list[tuple[str, str]]
+    counts: dict[str, int]
+    kept: ray.data.Dataset
+    bad_lines: ray.data.Dataset
+
+    def describe(self, path: str) -> dict:
+        return {"path": path, "format": "+".join(sorted(self.inputs)), "files": sum(map(len, self.inputs.values())),
+                "skipped": [{"file": f, "why": why} for f, why in self.skipped], **self.counts}
+
+
+def read_documents(path: str, *, fmt: str | None, on_error: str, **normalize) -> Documents:
+    """``path`` read and normalized (``_normalize_batch``'s arguments in ``normalize``), its documents
+    kept once each (the same normalized text is the same id, as the bundled build keeps it)."""
+    inputs, skipped = input_files(path, fmt, on_error)
+    for name, why in skipped:
+        print(f"[import] skipped {name}: {why}", flush=True)
+    ds = _read_all(inputs, **normalize)
+    counts = ds.aggregate(Sum("_first", alias_name="records"), Count(alias_name="rows"),
+                          Sum("_empty", alias_name="empty"), Sum("_quarantined", alias_name="quarantined"),
+                          Sum("_decode_errors", alias_name="decode_errors"),
+                          Sum("_replaced_chars", alias_name="replaced_chars"))
+    counts = {k: int(v or 0) for k, v in counts.items()}
+    counts["split_pieces"] = counts.pop("rows") - counts["records"]  # documents made by splitting long records
+    bad_lines = ds.filter(expr=col("_quarantined")).select_columns(["_path", "_line", "_error", "_raw"])
+    if counts["quarantined"] and (on_error == "fail" or counts["records"] == counts["empty"] + counts["quarantined"]):
+        shown = "; ".join(f"{r['_path']}:{r['_line']}: {r['_error']}" for r in bad_lines.take(5))
+        raise CorpusImportError(f"{shown} (lines that are not records: {counts['quarantined']} in all); nothing "
+                                "was imported" + ("" if on_error == "fail" else " (no line was a record)"))
+    if counts["records"] == counts["empty"]:
+        raise CorpusImportError(f"{path}: no non-empty documents ({counts['records']} records read)")
+    # Materialized once (in the object store, spilled to disk when large): a domain's two splits read it
+    # without shuffling the corpus twice.
+    kept = ds.map_batches(_drop_empty, batch_format="pyarrow").groupby("id").map_groups(
+        _first_of_group, batch_format="pyarrow").materialize()
+    counts["duplicates"] = (counts["records"] - counts["empty"] - counts["quarantined"] + counts["split_pieces"]
+                            - kept.count())
+    return Documents(inputs, skipped, counts, kept, bad_lines)
 
 
 def import_corpus(
@@ -182,79 +327,83 @@ def import_corpus(
     text_column: str = "text",
     source: str | None = None,
     valid_fraction: float = 0.05,
+    valid: str | None = None,
     replace: bool = False,
     max_doc_chars: int | None = 8000,
+    on_error: str = "skip",
 ) -> dict:
-    """Import ``path`` into ``corpus_dir`` as the generic corpus (``domain=None``) or a domain."""
+    """Import ``path`` into ``corpus_dir`` as the generic corpus (``domain=None``) or a domain: its valid
+    split the documents of ``valid`` when given (those also in ``path`` leave train), else chosen by hash.
+    Lines that are not records are quarantined and counted (``on_error="skip"``) or stop the import
+    (``"fail"``)."""
+    if on_error not in ON_ERROR:
+        raise CorpusImportError(f"--on-error must be one of {ON_ERROR}, got {on_error!r}")
     corpus_dir = Path(corpus_dir).expanduser()
     role = domain or GENERIC
     if role != GENERIC and not role.replace("-", "").replace("_", "").isalnum():
         raise CorpusImportError(f"domain name {role!r} must be letters, digits, '-' or '_'")
+    if valid and role == GENERIC:
+        raise CorpusImportError("--valid is a domain's valid split; the generic corpus has none")
     targets = [generic_dir(corpus_dir)] if role == GENERIC else [
         domain_dir(corpus_dir, role, s) for s in ("train", "valid")]
     if any(t.exists() for t in targets) and not replace:
         raise CorpusImportError(f"{targets[0].parent if role != GENERIC else targets[0]} already exists; "
                            "pass --replace to overwrite it")
-    inputs, skipped = input_files(path, fmt)
-    for name, why in skipped:
-        print(f"[import] skipped {name}: {why}", flush=True)
     source = source or Path(path.rstrip("/")).name
     started = time.perf_counter()
+    normalize = {"text_column": text_column, "source": source, "domain": role, "max_chars": max_doc_chars}
+    given = read_documents(path, fmt=fmt, on_error=on_error, **normalize)
+    given_valid = read_documents(valid, fmt=fmt, on_error=on_error, **normalize) if valid else None
 
-    ds = _read_all(inputs, text_column=text_column, source=source, domain=role, max_chars=max_doc_chars)
-    # Empty documents dropped; a document given twice (the same normalized text, so the same id) kept once,
-    # as the bundled build keeps it: the written splits' total says how many went.
-    kept = ds.map_batches(_drop_empty, batch_format="pyarrow").groupby("id").map_groups(
-        _first_of_group, batch_format="pyarrow")
-    try:
-        counts = ds.aggregate(Sum("_first", alias_name="records"), Count(alias_name="rows"),
-                              Sum("_empty", alias_name="empty"), Sum("_decode_errors", alias_name="decode_errors"),
-                              Sum("_replaced_chars", alias_name="replaced_chars"))
-        # Materialized once (in the object store, spilled to disk when large): a domain's two splits read
-        # it without shuffling the corpus twice.
-        kept = kept.materialize()
-    except CorpusImportError:
-        raise
-    except Exception as err:  # a reader's failure deep in Ray Data: say which file and line, if we can
-        found = next(filter(None, (diagnose_jsonl(f, text_column) for f in inputs.get("jsonl", [])
-                                   if "://" not in f and not f.endswith((".gz", ".zst")))), None)
-        if found is None:
-            raise
-        raise CorpusImportError(f"{found}; nothing was imported") from err
-    counts = {k: int(v or 0) for k, v in counts.items()}
-    counts["split_pieces"] = counts.pop("rows") - counts["records"]  # documents made by splitting long records
-    if counts["records"] == counts["empty"]:
-        raise CorpusImportError(f"{path}: no non-empty documents ({counts['records']} records read)")
-
+    # Each split's documents: the generic corpus whole; a domain's by hash, or train = path without the
+    # documents of the valid input (no document in both splits).
+    if role == GENERIC:
+        parts = {"all": given.kept}
+    elif given_valid is None:
+        parts = {split: given.kept.map_batches(_split_filter, fn_kwargs={"valid": split == "valid",
+                                                                         "fraction": valid_fraction},
+                                               batch_format="pyarrow") for split in ("train", "valid")}
+    else:
+        valid_ids = {row["id"] for row in given_valid.kept.select_columns(["id"]).iter_rows()}
+        parts = {"train": given.kept.map_batches(_without_ids, fn_kwargs={"ids": valid_ids}, batch_format="pyarrow"),
+                 "valid": given_valid.kept}
     # The whole role is staged, then swapped in with one rename: a split that comes out empty (or any
     # failure) leaves the corpus as it was — never a new train split beside an old valid one.
     columns = list(SCHEMA.names)
     folder = generic_dir(corpus_dir) if role == GENERIC else targets[0].parent
     with atomic_path(folder) as staged:
-        for target in targets:
-            split = target.name if role != GENERIC else "all"
-            part = kept
-            if role != GENERIC:
-                part = kept.map_batches(_split_filter, fn_kwargs={"valid": split == "valid", "fraction": valid_fraction},
-                                        batch_format="pyarrow")
+        for split, part in parts.items():
             out = staged if role == GENERIC else staged / split
             part.select_columns(columns).write_parquet(str(out))
             if not sum(pq.read_metadata(f).num_rows for f in out.glob("*.parquet")):
-                raise CorpusImportError(f"{path}: the {split} split of domain {role!r} would be empty "
-                                        f"(valid_fraction={valid_fraction}); import more documents; the corpus "
-                                        "is left as it was")
+                why = f"valid_fraction={valid_fraction}" if given_valid is None else f"--valid {valid}"
+                raise CorpusImportError(f"{path}: the {split} split of domain {role!r} would be empty ({why}); "
+                                        "import more documents; the corpus is left as it was")
     summary = {}
     for target in targets:
         files = sorted(target.glob("*.parquet"))
         summary[target.name if role != GENERIC else "all"] = {
             "documents": sum(pq.read_metadata(f).num_rows for f in files),
             "files": [str(f.relative_to(corpus_dir)) for f in files], "bytes": sum(os.path.getsize(f) for f in files)}
-    written = sum(split["documents"] for split in summary.values())
-    counts["duplicates"] = counts["records"] - counts["empty"] + counts["split_pieces"] - written
-    record = {"path": path, "format": "+".join(sorted(inputs)), "files": sum(len(v) for v in inputs.values()),
-              "skipped": [{"file": f, "why": why} for f, why in skipped], "text_column": text_column,
-              "source": source, "role": role,
-              **counts, "splits": summary, "seconds": round(time.perf_counter() - started, 1)}
+    quarantined = given.counts["quarantined"] + (given_valid.counts["quarantined"] if given_valid else 0)
+    quarantine = corpus_dir / QUARANTINE / role
+    if quarantined:  # after the swap: a failed import leaves no quarantine of lines it never took
+        bad_lines = given.bad_lines.union(given_valid.bad_lines) if given_valid else given.bad_lines
+        with atomic_path(quarantine) as tmp:
+            bad_lines.rename_columns({"_path": "file", "_line": "line", "_error": "error", "_raw": "raw"}
+                                     ).write_json(str(tmp))
+        print(f"[import] {quarantined} lines that are not records quarantined in {quarantine}", flush=True)
+    else:
+        shutil.rmtree(quarantine, ignore_errors=True)  # an earlier import's, of the data just replaced
+    record = {**given.describe(path), "text_column": text_column, "source": source, "role": role,
+              "quarantine": str(quarantine.relative_to(corpus_dir)) if quarantined else None}
+    if role != GENERIC:
+        record["valid_split"] = {"from": "hash", "fraction": valid_fraction} if given_valid is None else {
+            "from": "file", **given_valid.describe(valid),
+            "dropped_from_train": given.kept.count() - summary["train"]["documents"]}
+    record |= {"splits": summary, "seconds": round(time.perf_counter() - started, 1)}
+    print(f"[import] {role}: " + ", ".join(f"{split} {s['documents']} documents" for split, s in summary.items())
+          + ("" if role == GENERIC else f" (valid split from {record['valid_split']['from']})"), flush=True)
     manifest = read_manifest(corpus_dir) or {"stage": "corpus"}
     # The bundled build's description of this role no longer holds: the import replaced it.
     if role == GENERIC:
@@ -266,12 +415,17 @@ def import_corpus(
     return record
 
 
+def _without_ids(batch: pa.Table, ids: set[str]) -> pa.Table:
+    return batch.filter(pa.array([i not in ids for i in batch.column("id").to_pylist()], type=pa.bool_()))
+
+
 def _first_of_group(group: pa.Table) -> pa.Table:
     return group.slice(0, 1)
 
 
 def _drop_empty(batch: pa.Table) -> pa.Table:
-    return batch.filter(pc.invert(batch.column("_empty")))
+    """Only documents: neither empty nor a quarantined line."""
+    return batch.filter(pc.invert(pc.or_(batch.column("_empty"), batch.column("_quarantined"))))
 
 
 def _split_filter(batch: pa.Table, valid: bool, fraction: float) -> pa.Table:

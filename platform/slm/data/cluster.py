@@ -128,7 +128,13 @@ def _nearest(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
 def cluster(embed_dir: str | Path, cfg: ClusterConfig, out: str | Path) -> dict:
     """Fit, assign every window and describe the clusters; skipped when complete and current."""
     out = Path(out)
-    key = config_hash({"cfg": asdict(cfg), "embed": str(Path(embed_dir).resolve())})
+    embedded = read_manifest(embed_dir)
+    if not embedded or not embedded.get("complete") or "fingerprint" not in embedded:
+        raise FileNotFoundError(f"{embed_dir} has no complete embed manifest with shard fingerprints: run the "
+                                "embed stage (again: outputs made before fingerprints are re-embedded)")
+    # Keyed by what was embedded, not where: a new domain embedded, a shard re-imported and re-embedded,
+    # each changes the fingerprint and the clusters are made again.
+    key = config_hash({"cfg": asdict(cfg), "embeddings": embedded["fingerprint"]})
     if is_complete(out, key):
         print(f"[cluster] {out} is complete and current", flush=True)
         return read_manifest(out)
@@ -153,6 +159,7 @@ def cluster(embed_dir: str | Path, cfg: ClusterConfig, out: str | Path) -> dict:
     atomic_write_json(out / "clusters.json", description)
     manifest = write_manifest(out, {
         "stage": "cluster", "config_hash": key, "config": asdict(cfg), "embed_dir": str(embed_dir),
+        "embeddings_fingerprint": embedded["fingerprint"],
         "sample_windows": model["sample_windows"], "generic_windows": model["generic_windows"],
         "inertia": model["inertia"], "seconds": round(time.perf_counter() - started, 1)})
     print(f"[cluster] k={cfg.k}" + (f"×{cfg.fine_k}" if cfg.fine_k else "") +

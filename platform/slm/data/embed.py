@@ -17,6 +17,12 @@ document of the shard is there — into ``<shard>.parquet`` (temp, then rename),
 shard whose final file exists is complete and skipped; a rerun embeds only the documents of unfinished
 shards that no working file holds yet.
 
+Reuse is keyed shard by shard by what made it: each output shard carries (Parquet metadata) the
+fingerprint of its input — the input file's SHA-256, the share of it embedded and the model settings —
+and so does each working folder. An output whose input changed (a re-import), whose input left the corpus,
+or that another ``embed.fraction`` made is dropped and, if still wanted, embedded again; the manifest's
+``fingerprint`` (over every shard's) is what the cluster stage is keyed on.
+
 Output: ``<output>/<split path>/<shard>.parquet`` (e.g. ``generic/part-00000.parquet``), one row per
 window: ``id`` (doc id + window), ``doc_id``, ``window``, ``n_windows``, ``source``, ``domain``, ``text``,
 ``n_tokens``, ``embedding`` (float32 × 384); ``manifest.json`` beside them.
@@ -37,7 +43,7 @@ import ray
 import ray.data
 from ray.data import ActorPoolStrategy
 
-from slm.artifacts import atomic_path, read_manifest, write_manifest
+from slm.artifacts import atomic_path, atomic_write_text, file_sha256, read_manifest, write_manifest
 from slm.config import config_hash
 from slm.corpus.documents import hash_uniform
 from slm.corpus.layout import corpus_files, domain_dir, domains
@@ -220,11 +226,19 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
     if existing and existing.get("config_hash") != key:
         raise ValueError(f"{out} holds embeddings of another embed config ({existing.get('config_hash')} ≠ {key}); "
                          "choose another embed.output or delete it")
+    fingerprints = current_fingerprints(corpus_dir, cfg)
+    dropped = drop_stale(out, fingerprints)
+    if dropped:
+        print(f"[embed] dropped {len(dropped)} shards made from other inputs or settings "
+              f"(re-imported, removed, or another embed.fraction): {', '.join(dropped[:5])}"
+              + (" …" if len(dropped) > 5 else ""), flush=True)
     shard_of = {path: shard_key(corpus_dir, path) for path in shards}
     wanted = {shard_of[path]: selected_ids(path, fraction_of[path]) for path in shards}
     todo = {shard_of[path]: path for path in shards if not (out / f"{shard_of[path]}.parquet").exists()}
-    print(f"[embed] {len(shards) - len(todo)} of {len(shards)} shards already complete; "
+    print(f"[embed] {len(shards) - len(todo)} of {len(shards)} shards already complete and current; "
           f"{len(todo)} to do", flush=True)
+    for shard in todo:  # working files of an interrupted run resume only if made from the same input
+        start_work_folder(out / WORK / shard, fingerprints[shard])
 
     # Commit each shard as soon as its last document is written (a Ray task consolidates its working
     # files), while the actors go on with the next shards: only the last shards' commits wait at the end.
@@ -236,7 +250,7 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
     def commit_when_complete(shard: str) -> None:
         if not unreported[shard] and shard not in commits:
             commits[shard] = consolidate.remote(sorted(wanted[shard]), str(out / WORK / shard),
-                                                str(out / f"{shard}.parquet"), todo[shard])
+                                                str(out / f"{shard}.parquet"), todo[shard], fingerprints[shard])
 
     for shard in unreported:  # a shard whose documents an interrupted run all wrote
         commit_when_complete(shard)
@@ -279,13 +293,18 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
     if incomplete:
         raise RuntimeError(f"embed: documents with no windows written, by input shard: {incomplete}; rerun to resume")
     shutil.rmtree(out / WORK, ignore_errors=True)  # every shard committed (a retried batch may leave a copy)
-    # The manifest describes the whole folder: shards an earlier run embedded (other embed.domains) stay in it.
-    per_shard = (existing or {}).get("shards", {}) | {
-        shard: {"documents": len(ids), "windows": pq.read_metadata(out / f"{shard}.parquet").num_rows}
+    # The manifest describes the whole folder: shards an earlier run embedded (other embed.domains) stay
+    # in it while current (drop_stale removed the others and their entries go with them).
+    earlier = {shard: entry for shard, entry in (existing or {}).get("shards", {}).items()
+               if (out / f"{shard}.parquet").exists()}
+    per_shard = earlier | {
+        shard: {"documents": len(ids), "windows": pq.read_metadata(out / f"{shard}.parquet").num_rows,
+                "input": fingerprints[shard]}
         for shard, ids in wanted.items()}
     manifest = {
         "stage": "embed", "config_hash": key, "config": asdict(cfg), "corpus_dir": str(corpus_dir),
-        "shards": per_shard, "actors": actors, "compile": compiled,
+        "shards": per_shard, "fingerprint": config_hash(sorted((k, v["input"]) for k, v in per_shard.items())),
+        "dropped_stale_shards": dropped, "actors": actors, "compile": compiled,
         "documents": sum(s["documents"] for s in per_shard.values()),
         "windows": sum(s["windows"] for s in per_shard.values()),
         "embedded_this_run": {"files": len(summaries), "windows": sum(s["windows"] for s in summaries),
@@ -354,7 +373,54 @@ def default_output(corpus_dir: Path, cfg: EmbedConfig) -> Path:
     return corpus_dir / ("embeddings" if cfg.fraction >= 1 else f"embeddings-f{cfg.fraction:g}")
 
 
-def consolidate_shard(expected_ids: list[str], work: str, final: str, input_path: str) -> dict:
+FINGERPRINT_KEY = b"slm.embed.input"  # Parquet metadata of an output shard: what it was made from
+WORK_FINGERPRINT = "input.txt"  # the same, for a working folder
+
+
+def shard_fingerprint(input_path: str | Path, fraction: float, cfg: EmbedConfig) -> str:
+    """What an output shard is a function of: its input's bytes, the share embedded, and the settings
+    that change the vectors (the dtype resolved)."""
+    return config_hash({"input_sha256": file_sha256(input_path), "fraction": fraction,
+                        "model_path": cfg.model_path, "max_tokens": cfg.max_tokens, "dtype": cfg.dtype})
+
+
+def current_fingerprints(corpus_dir: Path, cfg: EmbedConfig) -> dict[str, str]:
+    """The fingerprint each output shard must carry to be reused, for every shard of the corpus (of
+    every domain and split, not only this run's: an output made earlier is checked too)."""
+    files = corpus_files(corpus_dir)
+    generic = set(files.get("all", []))
+    return {shard_key(corpus_dir, path): shard_fingerprint(path, cfg.fraction if path in generic else 1.0, cfg)
+            for split_files in files.values() for path in split_files}
+
+
+def output_fingerprint(path: str | Path) -> str | None:
+    metadata = pq.read_schema(path).metadata or {}
+    value = metadata.get(FINGERPRINT_KEY)
+    return value.decode() if value else None
+
+
+def drop_stale(out: Path, fingerprints: dict[str, str]) -> list[str]:
+    """Delete the output shards that are not what the corpus makes now (input changed or gone, other
+    settings, or written before shards carried fingerprints); return their names."""
+    dropped = []
+    for path in embedding_files(out):
+        shard = str(Path(path).relative_to(out).with_suffix(""))
+        if fingerprints.get(shard) is None or output_fingerprint(path) != fingerprints[shard]:
+            Path(path).unlink()
+            dropped.append(shard)
+    return dropped
+
+
+def start_work_folder(work: Path, fingerprint: str) -> None:
+    """Keep an interrupted run's working files only if they were made from the same input."""
+    marker = work / WORK_FINGERPRINT
+    if work.is_dir() and (not marker.is_file() or marker.read_text() != fingerprint):
+        shutil.rmtree(work)
+    if not marker.is_file():
+        atomic_write_text(marker, fingerprint)
+
+
+def consolidate_shard(expected_ids: list[str], work: str, final: str, input_path: str, fingerprint: str) -> dict:
     """Working files of one shard → ``final``: each window once, every document present, or an error."""
     files = sorted(Path(work).glob("batch-*.parquet"))
     table = pq.read_table(files) if files else window_schema().empty_table()
@@ -367,6 +433,7 @@ def consolidate_shard(expected_ids: list[str], work: str, final: str, input_path
     missing = set(expected_ids) - set(table.column("doc_id").unique().to_pylist())
     if missing:
         raise RuntimeError(f"embed: {len(missing)} documents of {input_path} have no windows written; rerun to resume")
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), FINGERPRINT_KEY: fingerprint.encode()})
     with atomic_path(Path(final)) as tmp:
         pq.write_table(table, tmp, compression="zstd")
     shutil.rmtree(work, ignore_errors=True)

@@ -63,7 +63,9 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
     if tokens <= 0:
         raise ValueError(f"resample tokens must be positive, got {tokens}")
     if domain not in histograms["domains"]:
-        raise ValueError(f"no histogram for domain {domain!r} (have {sorted(histograms['domains'])})")
+        raise ValueError(f"no histogram for domain {domain!r} (the histograms have {sorted(histograms['domains'])}): "
+                         f"embed its train split (add it to embed.domains, or leave embed.domains empty for every "
+                         f"domain), then run the cluster and histogram stages again")
 
     started = time.perf_counter()
     sizes = load_sizes(cluster_dir)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import time
 from pathlib import Path
 
 from slm.artifacts import file_sha256
@@ -69,3 +71,25 @@ def newest_whole(candidates: list[Path], log) -> Path | None:
         log("no whole checkpoint to resume from (" + "; ".join(f"{p.name}: {why}" for p, why in skipped)
             + "): starting from step 0")
     return None
+
+
+# Ray Train's own record of a run's checkpoints, in its experiment folder (Ray Train v2).
+RAY_TRAIN_RECORD = "checkpoint_manager_snapshot.json"
+
+
+def set_aside_stale_record(experiment: Path, log) -> list[str]:
+    """Ray Train refuses to start (``CheckpointManagerInitializationError``) while its record names a
+    checkpoint folder that is gone — one deleted by hand, or lost — until the whole experiment folder, all
+    progress, is removed. Set such a record aside instead (renamed, kept): Ray Train starts a new one and
+    the workers resume from the newest whole checkpoint still on disk (``RayTrainSession.resume_from``).
+    Returns the checkpoints the record named that are gone."""
+    record = experiment / RAY_TRAIN_RECORD
+    if not record.is_file():
+        return []
+    gone = sorted({name for name in re.findall(r"step-\d{8}", record.read_text()) if not (experiment / name).is_dir()})
+    if gone:
+        aside = record.with_name(f"{record.name}.stale-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(record, aside)
+        log(f"{experiment.name}: Ray Train's record names checkpoints that are gone ({', '.join(gone)}); set it "
+            f"aside as {aside.name}: resuming from the newest whole checkpoint on disk")
+    return gone

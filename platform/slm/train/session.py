@@ -40,8 +40,11 @@ class RayTrainSession:
         """Ray Train's latest checkpoint, or (when it is not whole) the newest whole one beside it in the
         run's storage (``slm.train.integrity``)."""
         checkpoint = ray.train.get_checkpoint()
-        if checkpoint is None:
-            yield None
+        if checkpoint is None:  # a first run, or Ray Train's record set aside (``integrity.set_aside_stale_record``)
+            experiment = Path(ray.train.get_context().get_storage().experiment_fs_path)
+            on_disk = sorted(p for p in experiment.iterdir() if p.is_dir() and _STEP.fullmatch(p.name)) \
+                if experiment.is_dir() else []
+            yield integrity.newest_whole(on_disk, self._log) if on_disk else None
             return
         latest = Path(checkpoint.path)
         if latest.is_dir() and integrity.problem(latest) is not None:  # local (or mounted) storage

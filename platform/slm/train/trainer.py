@@ -34,6 +34,7 @@ from slm.job import JobConfig
 from slm.layout import RunLayout, TrainOutput, require
 from slm.models.gpt import GPTConfig, preset, save_dense
 from slm.runtime import RayConfig, cluster_address, init_ray
+from slm.train import integrity
 from slm.train.budget import dense_flops_per_token
 from slm.train.config import PretrainConfig, SpecializeConfig, TeacherConfig, TrainConfig
 from slm.train.data import materialize
@@ -109,6 +110,7 @@ def check_fits(train: TrainConfig, key: str, cluster: dict[str, float]) -> None:
 def fit(spec: WorkerSpec, train: TrainConfig, storage: Path, ray_name: str) -> dict:
     """Run ``train_worker(spec)`` on a TorchTrainer; return rank 0's summary."""
     resources = None if train.use_gpu else {"CPU": train.cpus_per_worker}
+    integrity.set_aside_stale_record(storage.resolve() / ray_name, lambda m: print(f"[train] {m}", flush=True))
     trainer = TorchTrainer(
         train_worker,
         train_loop_config={"spec": spec},
