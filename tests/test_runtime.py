@@ -1,7 +1,11 @@
-"""slm.runtime: what a stage's peak memory measures."""
+"""slm.runtime: what a stage's peak memory measures; where the embedded Ray listens."""
 
+import json
+import os
 import subprocess
 import sys
+
+import pytest
 
 
 def test_peak_memory_sees_what_the_process_and_its_children_hold():
@@ -21,3 +25,28 @@ print(mem.peak_bytes - idle.peak_bytes)
 """
     grown = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert grown > (512 + 200) * 2**20, grown / 2**30
+
+
+@pytest.mark.ray
+def test_the_embedded_ray_listens_on_the_loopback_only():
+    """Issue 19: Ray 2.60 bound the embedded Ray's GCS, raylet, workers and agents to every interface (8
+    sockets) or the machine's address (2). Started as `slm` starts it, every socket its processes listen
+    on is 127.0.0.1. In a fresh process: this one may hold the tests' own local Ray."""
+    code = """
+import json, psutil, ray
+from slm.runtime import RayConfig, init_ray
+init_ray(RayConfig(num_cpus=1))
+ray.get(ray.remote(lambda: 1).remote())  # a worker up too
+session = ray._private.worker.global_worker.node.session_name  # the GCS is not this process's child
+ours = {p.pid for p in psutil.Process().children(recursive=True)} | {psutil.Process().pid} | {
+    p.pid for p in psutil.process_iter(["cmdline"]) if session in " ".join(p.info["cmdline"] or [])}
+print(json.dumps(sorted({(c.laddr.ip, c.laddr.port) for c in psutil.net_connections(kind="inet")
+                         if c.status == "LISTEN" and c.pid in ours})))
+ray.shutdown()
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sockets = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(sockets) >= 8, sockets  # the GCS, the raylet's two, a worker, the agents, the dashboard
+    assert all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for ip, _ in sockets), sockets

@@ -92,6 +92,22 @@ def cluster_address(cfg: RayConfig) -> str | None:
     return cfg.address or os.environ.get("RAY_ADDRESS")
 
 
+# Ray's switch for a one-machine Ray (its default on macOS and Windows): the node's address is the
+# loopback. Ray 2.60 binds its GCS, raylet, agents and workers to every interface or to the node's address
+# otherwise: reachable from the network (the probe in docs/cluster.md); with the switch, to 127.0.0.1.
+ONE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def serve_this_machine_only() -> None:
+    """Before an embedded Ray starts: every process of it listens on the loopback only (unless the user
+    set ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1``). The variable reaches the Ray processes this driver
+    starts; the driver's own reading of it was fixed when Ray was imported, so it is set there too."""
+    from ray._private import ray_constants
+
+    os.environ.setdefault(ONE_MACHINE_ENV, "0")
+    ray_constants.ENABLE_RAY_CLUSTER = ray_constants.env_bool(ONE_MACHINE_ENV, True)
+
+
 def init_ray(cfg: RayConfig):
     """Initialise Ray once per process according to ``cfg``; return the Ray context. The dashboard's Jobs
     page names this driver by ``SLM_JOB_NAME`` (set by the pipeline; a submitted job has its submission's)."""
@@ -115,6 +131,7 @@ def init_ray(cfg: RayConfig):
         context = ray.init(address=address, log_to_driver=True, job_config=job_config)
         where = f"connected to Ray at {address}"
     else:
+        serve_this_machine_only()
         # address="local" always starts a fresh Ray, never a stale one recorded in a temp dir.
         context = ray.init(
             address="local",
