@@ -71,6 +71,9 @@ def test_histograms_smoothing_and_errors(clusters):
         assert 0 < d["entropy"] <= np.log(h["leaves"]) + 1e-9
     with pytest.raises(ValueError, match="domain 'poetry' has no windows"):
         domain_histograms(out, 0.5, ["poetry"])
+    # Issue 19: resampling for a domain the histograms lack said only "no histogram for domain": now what to do
+    with pytest.raises(ValueError, match=r"no histogram for domain 'poetry'.*embed\.domains.*cluster and histogram"):
+        resample(out, h, "poetry", 1000, "crisp", out.parent / "never")
 
 
 def test_a_domain_whose_clusters_are_absent_from_generic_fails(clusters, tmp_path):
