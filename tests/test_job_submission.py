@@ -119,6 +119,7 @@ def submit_and_wait(client, entrypoint: str, timeout: float = 300) -> tuple[str,
     return status, client.get_job_logs(job_id)
 
 
+@pytest.mark.slow  # ~70 s; the head node's token auth stays in the default suite
 def test_submit_stats_job_to_a_head_node(head_node, user_corpus_dir, tmp_path):
     client, _ = head_node
     from ray.job_submission import JobStatus

@@ -42,6 +42,7 @@ def test_assignments_cover_every_window_with_consistent_ids(clusters, embedded):
     assert manifest["sample_windows"] <= CFG.sample_size
 
 
+@pytest.mark.slow  # a second clustering (~40 s); test_reproducible runs the whole pipeline twice
 def test_clustering_is_deterministic_under_a_seed(clusters, embedded, tmp_path):
     out, _ = clusters
     again = tmp_path / "clusters"

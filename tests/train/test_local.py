@@ -27,6 +27,7 @@ RUN = "import sys; from slm.job import load_job; from slm.train.trainer import p
       "cfg = load_job(None, sys.argv[1:]); pretrain(cfg, cfg.run.dir)"
 
 
+@pytest.mark.slow  # ~40 s; the Ray Train kill and the truncated-checkpoint fallback stay in the default suite
 def test_a_local_run_killed_resumes_from_its_own_checkpoint(train_run):
     reference = load_job(None, train_overrides(train_run, *LOCAL, "pretrain.name=local-reference"))
     pretrain(reference, reference.run.dir)

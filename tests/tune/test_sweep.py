@@ -61,6 +61,7 @@ def test_bad_sweep_specs_fail_before_any_trial(train_run):
         spec("sweep.seeds=[1, 1]")
 
 
+@pytest.mark.slow  # the data stages through the CLI again (~35 s)
 def test_the_missing_data_hint_works_as_written(train_run, slm_cli, tmp_path):
     """A sweep over a domain the data stages left out names the command that makes its data; run
     verbatim (in a copy of the run directory, as `slm sweep` left it), the sweep's plan then passes."""
