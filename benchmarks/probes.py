@@ -136,13 +136,14 @@ CONFIG_PROBES = [  # overrides of jobs/quickstart.yaml that must be refused, nam
     ("embed.fraction=0", "embed.fraction=0", "embed.fraction"),
     ("keep_checkpoints=0", "pretrain.train.keep_checkpoints=0", "keep_checkpoints"),
     ("resample.tokens=-5", "resample.tokens=-5", "resample.tokens"),
-    ("a stage that does not exist", "stages=[embed, polish]", "stages"),
 ]
 
 RUN_PROBES = [  # what only a run can check, refused before any stage starts (num_workers beyond the
     # embedded Ray's CPUs is refused when the stage starts Ray Train: tests/test_config.py)
-    ("an unknown domain", "corpus.domains=[legal, poetry]", "poetry"),
+    ("a stage that does not exist", "stages=[embed, polish]", "stages"),
+    ("an unknown domain to evaluate on", "corpus.domains=[legal, poetry]", "poetry"),
     ("an unknown domain to resample for", "resample.domain=poetry", "poetry"),
+    ("an unknown domain to embed", "embed.domains=[poetry]", "poetry"),
 ]
 
 YAML_PROBES = [  # job files
@@ -199,8 +200,10 @@ def main() -> None:
                                      "said": text.strip().splitlines()[-1][:200] if text.strip() else ""})
         for kind, probes in (("config", CONFIG_PROBES), ("run", RUN_PROBES)):
             for name, override, key in probes:
+                # A run probe keeps the quickstart's stages (an override of `stages` replaces them): a
+                # refusal must come before the first stage starts.
                 args = (("config", "jobs/quickstart.yaml", override) if kind == "config" else
-                        ("run", "jobs/quickstart.yaml", override, "stages=[pretrain]", f"run.root={root / 'runs'}"))
+                        ("run", "jobs/quickstart.yaml", override, f"run.root={root / 'runs'}"))
                 proc = slm(*args)
                 text = proc.stdout + proc.stderr
                 refused = (proc.returncode != 0 and key in text and "Traceback" not in text

@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 
 import pytest
@@ -157,6 +158,8 @@ def test_unknown_domains_fail_before_any_stage(corpus_dir):
         check_stages(load_job(None, [f"corpus.dir={corpus_dir}", "stages=[sweep]", "sweep.domains=[nosuch]"]))
     with pytest.raises(ConfigError, match=r"'resample.domain': no domain 'nosuch'"):
         check_stages(load_job(None, [f"corpus.dir={corpus_dir}", "stages=[resample]", "resample.domain=nosuch"]))
+    with pytest.raises(ConfigError, match=r"'corpus.domains': no domain 'nosuch'"):  # the valid sets, evaluation
+        check_stages(load_job(None, [f"corpus.dir={corpus_dir}", "stages=[pack]", "corpus.domains=[legal, nosuch]"]))
     check_stages(load_job(None, [f"corpus.dir={corpus_dir}", "stages=[stats]", "resample.domain=nosuch"]))  # unread
 
 
@@ -166,6 +169,18 @@ def test_corpus_import_refuses_a_bad_domain_name_before_ray_starts(name, message
     proc = slm_cli("corpus", "import", str(tmp_path / "missing.jsonl"), "--domain", name, check=False,
                    timeout=60)
     assert proc.returncode == 2 and message in proc.stderr and "[ray]" not in proc.stdout
+
+
+@pytest.mark.ray
+def test_a_bad_import_is_one_line_naming_the_file_and_line(slm_cli, tmp_path):
+    """`slm corpus import --on-error fail` on a malformed line: one line on stderr naming file and line,
+    no traceback, exit 1, nothing written."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "A sentence."}) + "\n{\"text\": \"cut off\n")
+    proc = slm_cli("corpus", "import", str(bad), "--generic", "--on-error", "fail", f"corpus.dir={tmp_path / 'c'}",
+                   check=False, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert f"slm: corpus import: {bad}:2: not JSON" in proc.stderr and not (tmp_path / "c" / "generic").exists()
 
 
 def test_the_ray_token_file_is_made_private(tmp_path):

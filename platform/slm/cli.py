@@ -71,7 +71,7 @@ def cmd_corpus_build(args) -> int:
 
 
 def cmd_corpus_import(args) -> int:
-    from slm.corpus.importer import import_corpus
+    from slm.corpus.importer import CorpusImportError, import_corpus
     from slm.corpus.layout import GENERIC
     from slm.runtime import init_ray, shutdown_ray
 
@@ -88,6 +88,10 @@ def cmd_corpus_import(args) -> int:
                                fmt=args.format, text_column=args.text_column, source=args.source,
                                valid_fraction=cfg.corpus.valid_fraction, valid=args.valid, replace=args.replace,
                                max_doc_chars=cfg.corpus.max_doc_chars, on_error=args.on_error)
+    except CorpusImportError as err:  # the input's fault, named: a message, not a traceback
+        # (raised in a Ray Data task, it arrives wrapped: its cause is the message)
+        print(f"slm: corpus import: {getattr(err, 'cause', None) or err}", file=sys.stderr)
+        return 1
     finally:
         shutdown_ray()
     print(json.dumps(record, indent=2))

@@ -242,6 +242,8 @@ def check_domains(cfg: JobConfig) -> None:
         return  # no corpus yet: the first stage that reads one says so
     stages = set(cfg.stages)
     named = []  # (key, domain) of the sections this job's stages read
+    if stages & {"pack", "pretrain", "sweep"}:  # the valid sets packed, and every evaluation
+        named += [("corpus.domains", d) for d in cfg.corpus.domains]
     if stages & {"embed"}:
         named += [("embed.domains", d) for d in cfg.embed.domains]
     if stages & {"histogram"}:
