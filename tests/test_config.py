@@ -172,6 +172,7 @@ def test_corpus_import_refuses_a_bad_domain_name_before_ray_starts(name, message
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # ~22 s of Ray start-up; the message itself is tested on the library call
 def test_a_bad_import_is_one_line_naming_the_file_and_line(slm_cli, tmp_path):
     """`slm corpus import --on-error fail` on a malformed line: one line on stderr naming file and line,
     no traceback, exit 1, nothing written."""
