@@ -18,6 +18,14 @@ from pathlib import Path
 from slm.artifacts import file_sha256
 
 LIST = "files-{rank}.json"
+STEP = re.compile(r"step-\d{8}")  # a checkpoint folder's name (``slm.train.session.step_folder``)
+
+
+def step_folders(folder: Path) -> list[Path]:
+    """The checkpoint folders directly under ``folder``, oldest first (none when it does not exist)."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_dir() and STEP.fullmatch(p.name))
 
 
 def files_under(folder: Path) -> set[str]:
@@ -86,7 +94,7 @@ def set_aside_stale_record(experiment: Path, log) -> list[str]:
     record = experiment / RAY_TRAIN_RECORD
     if not record.is_file():
         return []
-    gone = sorted({name for name in re.findall(r"step-\d{8}", record.read_text()) if not (experiment / name).is_dir()})
+    gone = sorted({name for name in STEP.findall(record.read_text()) if not (experiment / name).is_dir()})
     if gone:
         aside = record.with_name(f"{record.name}.stale-{time.strftime('%Y%m%d-%H%M%S')}")
         os.replace(record, aside)

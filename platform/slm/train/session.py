@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,14 +41,11 @@ class RayTrainSession:
         checkpoint = ray.train.get_checkpoint()
         if checkpoint is None:  # a first run, or Ray Train's record set aside (``integrity.set_aside_stale_record``)
             experiment = Path(ray.train.get_context().get_storage().experiment_fs_path)
-            on_disk = sorted(p for p in experiment.iterdir() if p.is_dir() and _STEP.fullmatch(p.name)) \
-                if experiment.is_dir() else []
-            yield integrity.newest_whole(on_disk, self._log) if on_disk else None
+            yield integrity.newest_whole(integrity.step_folders(experiment), self._log)
             return
         latest = Path(checkpoint.path)
         if latest.is_dir() and integrity.problem(latest) is not None:  # local (or mounted) storage
-            siblings = sorted(p for p in latest.parent.iterdir() if p.is_dir() and _STEP.fullmatch(p.name)
-                              and p.name <= latest.name)
+            siblings = [p for p in integrity.step_folders(latest.parent) if p.name <= latest.name]
             yield integrity.newest_whole(siblings, self._log)
             return
         with checkpoint.as_directory() as folder:
@@ -73,8 +69,6 @@ def step_folder(step: int) -> str:
     return f"step-{step:08d}"
 
 
-_STEP = re.compile(r"step-(\d{8})")
-
 
 class LocalSession:
     """The loop in this process: rank 0 of 1, checkpoints under ``folder``."""
@@ -87,9 +81,7 @@ class LocalSession:
 
     def checkpoints(self) -> list[Path]:
         """Complete checkpoints, oldest first (a folder appears under its step name only once whole)."""
-        if not self.folder.exists():
-            return []
-        return sorted(p for p in self.folder.iterdir() if p.is_dir() and _STEP.fullmatch(p.name))
+        return integrity.step_folders(self.folder)
 
     @contextlib.contextmanager
     def resume_from(self) -> Iterator[Path | None]:

@@ -85,6 +85,13 @@ def _sizes(cfg: JobConfig, names: list[str]) -> dict[str, dict]:
     return sizes
 
 
+def _make_hint(layout: RunLayout, domain: str, *sets: str) -> str:
+    """The command that packs ``sets`` for ``domain``, as written: the run directory's own resolved config
+    (same run.root and name), its stages and domain overridden."""
+    return (f"make it with `slm run {layout.config} 'stages=[histogram, resample, pack]' "
+            f"'resample.domains=[{domain}]' 'pack.sets=[{', '.join(sets)}]'`")
+
+
 def plan(cfg: JobConfig, check_data: bool = True) -> dict:
     """Every pretraining run and trial of ``cfg.sweep``, validated, with estimated costs.
     ``check_data=False`` (a dry run on another machine than the cluster's) skips the packed-data checks."""
@@ -94,20 +101,16 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
     domains = sw.domains or cfg.resample.all_domains
     layout = RunLayout.of(cfg)
     for d in domains if check_data else []:
-        # The command that makes what is missing, as written: the run directory's own resolved config
-        # (same run.root and name; the stages and the domain overridden).
-        def make(*sets: str, d: str = d) -> str:
-            return (f"make it with `slm run {layout.config} 'stages=[histogram, resample, pack]' "
-                    f"'resample.domains=[{d}]' 'pack.sets=[{', '.join(sets)}]'`")
         missing = [p for p in (layout.packed_domain(d), layout.packed_valid(d)) if not (p / "data").exists()]
         if missing:
             raise SweepSpecError(f"config key 'sweep.domains': {d!r} has no packed "
-                                 f"{' or '.join(str(p) for p in missing)}: {make('domain', 'resampled', 'valid')}")
+                                 f"{' or '.join(str(p) for p in missing)}: {_make_hint(layout, d, 'domain', 'resampled', 'valid')}")
         for name in compared:
             subset = layout.packed(methods.get(name).pretrain_set(d))
             if not (subset / "data").exists():
                 raise SweepSpecError(f"config key 'sweep.methods': {name} for {d!r} pretrains on {subset}, "
-                                     f"which is not packed: {make(subset.relative_to(layout.packed('')).parts[0])}")
+                                     f"which is not packed: "
+                                     f"{_make_hint(layout, d, subset.relative_to(layout.packed('')).parts[0])}")
     sizes = _sizes(cfg, list(dict.fromkeys([*sw.sizes, *([sw.large_size] if sw.large_size else [])])))
     for size in sw.sizes:
         inference = sizes[size]["inference_flops_per_token"]
