@@ -10,8 +10,8 @@ A row is admissible when, for N domains,
 
 and the answer is the admissible setting of lowest mean specialized perplexity over its seeds, exact
 ties broken by C_total(N) = C_generic + N·C_specialization. It comes with its margin: the difference
-to the best admissible setting of another method or size, ± its standard error. A margin under two
-standard errors is called a tie, and every setting within noise of the winner is named; with one seed
+to the best admissible setting of another method or size, with its 95% interval (Welch's t over the
+seeds, ``slm.tune.stats``). A margin whose interval includes zero is called a tie, and every setting within noise of the winner is named; with one seed
 per setting the margin has no error and the advice says the spread is unknown (``slm.tune.results``).
 Budgets are in FLOPs (or device-seconds with ``unit="device_seconds"``). Nothing is extrapolated: a
 request beyond every measured row is answered with the best measured row and a plain statement that the
@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slm.tune.results import aggregate, difference, menu, ppl, read_table, separable
+from slm.tune.results import aggregate, difference, menu, ppl, read_table
+from slm.tune.stats import separable
 
 
 def _cost(r: dict, what: str, unit: str) -> float:
@@ -77,17 +78,20 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
     others = [r for r in ranked if (r["method"], r["size"]) != (best["method"], best["size"])]
     margin = None
     if others:
-        d, se = difference(best, others[0])
+        d = difference(best, others[0])
+        low, high = d.interval() if d.testable else (None, None)
         margin = {"runner_up": others[0]["trial"], "method": others[0]["method"], "size": others[0]["size"],
-                  "difference": d, "se": se, "separable": separable(d, se)}
+                  "difference": d.estimate, "se": d.se, "low": low, "high": high, "df": d.df,
+                  "separable": separable(d)}
     # every admissible setting of another method or size that the winner does not beat out of the noise
-    tied = [r["trial"] for r in others if separable(*difference(best, r)) is False]
+    tied = [r["trial"] for r in others if separable(difference(best, r)) is False]
     if best["n"] < 2:
         notes.append("one seed per setting: the spread is unknown, so is whether the margin is real "
                      "(rerun the sweep with sweep.seeds, e.g. [0, 1, 2])")
     elif margin and margin["separable"] is False:
         notes.append(f"{best['method']} {best['size']} and {margin['method']} {margin['size']} differ by "
-                     f"{margin['difference']:.2f} ± {margin['se']:.2f} ppl: a tie at these budgets")
+                     f"{margin['difference']:.2f} ppl (95% interval {margin['low']:.2f} to {margin['high']:.2f}): "
+                     "a tie at these budgets")
     return {"answer": {"method": best["method"], "size": best["size"], "trial": best["trial"],
                        "perplexity": best["perplexity"], "perplexity_se": best["perplexity_se"], "n": best["n"],
                        "accuracy": best["accuracy"], "total": total(best), "unit": unit, "domains": domains,
@@ -109,7 +113,8 @@ def format_advice(a: dict) -> str:
                      f"top-1 {b['accuracy']:.4f}, C_total({b['domains']}) = {b['total']:.3g} {b['unit']} "
                      f"(measured: {b['trial']}).")
         if m:
-            error = f" ± {m['se']:.2f} ppl" if m["se"] is not None else " ppl (spread unknown)"
+            error = (f" ppl (95% interval {m['low']:.2f} to {m['high']:.2f}, Welch's t)" if m["se"] is not None
+                     else " ppl (spread unknown)")
             lines.append(f"Margin: {m['difference']:.2f}{error} ahead of {m['method']} at size {m['size']} "
                          f"({m['runner_up']}).")
         lines += ["", "Evidence (best admissible settings; ppl: mean ± standard error over n seeds):",

@@ -1,41 +1,166 @@
 """The seed papers' claims, evaluated from a sweep's results table (``slm report`` writes ``claims.md``).
 
-Each claim is a set of comparisons between two settings of the table (rows folded over seeds:
-``slm.tune.results.aggregate``). A comparison states what the claim expects of setting ``a`` against
-setting ``b`` on one measure (lower is better: perplexity after specialization, or before it) and gets a
-verdict from the difference ``d = b − a`` and its standard error (``table.separable``: ``|d| ≥ 2·se``):
+The protocol, fixed before any study outcome is looked at (docs/budgets.md, "The claims check"):
 
-- ``lower``: a is better. Holds when ``d`` is separable and positive; does not hold when separable and
-  negative; a difference within noise is inconclusive.
-- ``not lower`` / ``not higher``: a does not beat b / a is not worse than b. Does not hold only when a
-  separable difference goes the wrong way; a tie holds.
-- ``tie``: holds within noise, does not hold when separable.
+- **The rows come from the plan, not from the table.** Each claim lists the comparisons the sweep's plan
+  (``plan.json``, ``slm sweep --dry-run``) says it needs, at every planned seed. A planned row the table
+  lacks makes the comparison inconclusive and names the row. A row that diverged (a non-finite
+  perplexity or loss at any seed) is a result, not a gap: that setting lost the comparison.
+- **Each comparison is a t test at 95%** (``slm.tune.stats``): the difference ``b − a`` of the measure
+  (lower is better; positive when a is better) with its 95% interval — a paired t over seeds where the
+  seed pairs the data (two specializations of one domain at one seed read the same in-domain subset in
+  the same order), Welch's t where it does not (before specialization: different pretraining runs), a
+  one-sample t against a fixed bound (C5).
+- **What a comparison expects of a against b**, with the bound its interval must clear:
+    - ``lower``: a is better. Holds when the interval lies above 0; does not hold when it lies below 0.
+    - ``not lower``: a is not better than b by more than the margin m. Holds when the interval lies
+      below +m·b; does not hold when it lies above +m·b.
+    - ``not higher``: a is not worse than b by more than m. Holds above −m·b; does not hold below −m·b.
+    - ``tie``: within ±m·b of each other (two one-sided tests). Holds when the interval lies inside
+      ±m·b; does not hold when it lies wholly outside; otherwise inconclusive.
+  An interval that straddles its bound is inconclusive: absence of evidence is not evidence.
+- **A claim** holds when every planned comparison holds: an intersection-union test, whose chance of a
+  false "holds" is at most the 2.5% of one one-sided test, with no correction needed. It does not hold
+  when any comparison's refutation survives Holm's step-down over the claim's comparisons, which keeps
+  the chance of a false "does not hold" at most 5% when every comparison is true. Otherwise (including a
+  missing row or an untestable part of the design) it is inconclusive.
 
-A comparison whose spread is unknown (a setting at one seed) is inconclusive whatever its sign. A claim
-holds when every comparison holds, does not hold when any does not, and is inconclusive otherwise —
-including when the table lacks the rows it needs, which the claim then names.
-
-Which rows each claim uses is fixed here, before any study is run (the protocol, not the outcome): the
-small model is the sweep's smallest size, "the largest / smallest pretraining budget" the largest /
-smallest ``pretrain_steps`` of the sweep, and so on, as each function says.
+``tests/tune/test_claims.py`` simulates tables of known effects and measures each rule's error rates.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from slm.artifacts import atomic_write_text
-from slm.methods import BASELINE, DISTILLED, SLM_IS, SLM_MIX, SLM_PN, SOUP
-from slm.tune.results import difference, finite, menu, separable, standard_error
+from slm.methods import BASELINE, SLM_IS, SLM_MIX, SLM_PN, SOUP
+from slm.tune import stats
+from slm.tune.stats import ALPHA, Difference
 
 Expectation = Literal["lower", "not lower", "not higher", "tie"]
 Verdict = Literal["holds", "does not hold", "inconclusive"]
 MEASURES = {"perplexity": "ppl after specialization", "perplexity_before": "ppl before specialization",
             "steps_share": "steps to the baseline's final loss ÷ its steps"}
+
+# The equivalence margin of "tie", "not lower" and "not higher", relative to b's mean: Plan-Early Table 5's
+# most frequent cluster's expert against the best expert chosen after fine-tuning all, 17.32 vs 16.98 ppl
+# (2.0%), which the paper calls the same quality.
+MARGIN = 0.02
+# C3: the soup reaches the generic model's loss at the largest budget in at most this share of its steps
+# (Soup-of-Experts: "~2× faster" at 350M; 0.6 leaves room for our scale). Tested at exactly this budget.
+SOUP_REACH_SHARE = 0.6
+# C5: SALT "matches the baseline at < 70% of its steps" (the SALT paper).
+SALT_STEPS_SHARE = 0.7
+
+
+# ----------------------------------------------------------------------------------------- the design
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One setting the plan measures at every seed (a plan trial without its seed)."""
+
+    setting: str
+    method: str
+    size: str
+    pretrain_steps: int
+    domain: str
+    domain_tokens: int
+    specialize_steps: int
+    expert: int | None
+    role: str  # grid, teacher, distill, experts
+
+
+@dataclass(frozen=True)
+class CurveRun:
+    """A pretraining run whose evaluations C5 reads (``curves.parquet``)."""
+
+    name: str
+    role: str  # large or salt
+    seed: int | None
+
+
+@dataclass
+class Design:
+    """What a sweep's plan measures. Every comparison a claim makes is built from here."""
+
+    settings: list[Planned]
+    seeds: list[int | None]
+    small: str
+    large: str | None
+    curve_runs: list[CurveRun] = field(default_factory=list)
+    entropy: dict[str, float] = field(default_factory=dict)  # each domain's coarse histogram entropy (nats)
+
+    @classmethod
+    def of(cls, plan: dict) -> Design:
+        """From ``slm.tune.sweep.plan``'s output (or its ``plan.json``)."""
+        settings: dict[str, Planned] = {}
+        seeds: list[int | None] = []
+        for t in plan["trials"]:
+            settings.setdefault(t["setting"], Planned(t["setting"], t["method"], t["size"], t["pretrain_steps"],
+                                                      t["domain"], t["domain_tokens"], t["specialize_steps"],
+                                                      t["expert"], t["role"]))
+            if t["seed"] not in seeds:
+                seeds.append(t["seed"])
+        runs = [CurveRun(r["name"], r["role"], r["seed"]) for r in plan["runs"] if r["role"] in ("large", "salt")]
+        return cls(list(settings.values()), sorted(seeds, key=lambda s: -1 if s is None else s), plan["small"],
+                   plan["large"], runs, dict(plan.get("histogram_entropy", {})))
+
+    def grid(self, **where) -> list[Planned]:
+        return self.find(role="grid", **where)
+
+    def find(self, **where) -> list[Planned]:
+        return [p for p in self.settings if all(getattr(p, k) == v for k, v in where.items())]
+
+    def one(self, **where) -> Planned | None:
+        found = self.find(**where)
+        if len(found) > 1:
+            raise ValueError(f"claims: {len(found)} planned settings match {where}: the plan has an axis the claim "
+                             f"does not fix ({[p.setting for p in found]})")
+        return found[0] if found else None
+
+    def axis(self, name: str) -> list:
+        return sorted({getattr(p, name) for p in self.grid()})
+
+    @property
+    def methods(self) -> list[str]:
+        return self.axis("method")
+
+
+def trial_name(setting: str, seed: int | None) -> str:
+    return setting if seed is None else f"{setting}-seed{seed}"
+
+
+class Measured:
+    """The results table's rows by (setting, seed)."""
+
+    def __init__(self, rows: list[dict]):
+        self.rows = {(r["setting"], r["seed"]): r for r in rows}
+
+    def values(self, p: Planned, measure: str, seeds: list[int | None]) -> tuple[list[float], list[str]]:
+        """``measure`` at each planned seed, and the trials the table lacks."""
+        values, missing = [], []
+        for seed in seeds:
+            r = self.rows.get((p.setting, seed))
+            if r is None or r.get(measure) is None:
+                missing.append(trial_name(p.setting, seed))
+            else:
+                values.append(float(r[measure]))
+        return values, missing
+
+    def cost(self, p: Planned, seeds: list[int | None]) -> float | None:
+        """C_total for one domain (generic + per-domain FLOPs; a distilled student's includes its teacher's),
+        the same at every seed; ``None`` when the table has no row of the setting."""
+        found = [self.rows[(p.setting, s)] for s in seeds if (p.setting, s) in self.rows]
+        return statistics.fmean(r["generic_flops"] + r["per_domain_flops"] for r in found) if found else None
+
+
+# ---------------------------------------------------------------------------------------- comparisons
 
 
 @dataclass
@@ -43,13 +168,91 @@ class Comparison:
     part: str  # which condition of the claim, in words
     a: str  # setting names (the table's ``setting`` column)
     b: str
-    measure: str  # "perplexity" or "perplexity_before"
+    measure: str
     expected: Expectation  # of a against b
-    a_value: float
-    b_value: float
-    difference: float  # b − a: positive when a is lower (better)
-    se: float | None
-    verdict: Verdict
+    margin: float  # relative to b's mean (0 for "lower")
+    test: str  # paired t, Welch t, one-sample t, diverged, one seed, missing
+    a_mean: float | None = None
+    a_ci: float | None = None  # half the 95% interval of a's mean over seeds
+    b_mean: float | None = None
+    b_ci: float | None = None
+    difference: float | None = None  # b − a: positive when a is lower (better)
+    low: float | None = None  # the difference's 95% interval
+    high: float | None = None
+    df: float | None = None
+    p_hold: float | None = None  # the evidence for the expectation (2 × one-sided; < 0.05: holds)
+    p_refute: float | None = None  # the evidence against it, before and after Holm's adjustment
+    p_refute_adjusted: float | None = None
+    verdict: Verdict = "inconclusive"
+    note: str = ""  # missing rows, a divergence, how a best expert was chosen
+    group: str = ""  # the domain, where a claim is read per domain
+
+    @property
+    def bound(self) -> float:
+        return self.margin * (self.b_mean or 0.0)
+
+
+def bounds_p(expected: Expectation, d: Difference, bound: float) -> tuple[float, float]:
+    """(p for the expectation, p against it) of the difference ``d`` with the margin ``bound`` (absolute)."""
+    if expected == "lower":
+        return d.p_above(0.0), d.p_below(0.0)
+    if expected == "not lower":
+        return d.p_below(bound), d.p_above(bound)
+    if expected == "not higher":
+        return d.p_above(-bound), d.p_below(-bound)
+    return max(d.p_above(-bound), d.p_below(bound)), min(d.p_above(bound), d.p_below(-bound))
+
+
+# Who lost, when a side diverged: the verdict of the comparison.
+DIVERGED: dict[Expectation, dict[str, Verdict]] = {
+    "lower": {"a": "does not hold", "b": "holds"},
+    "not lower": {"a": "holds", "b": "does not hold"},
+    "not higher": {"a": "does not hold", "b": "holds"},
+    "tie": {"a": "does not hold", "b": "does not hold"},
+}
+
+
+def judge(part: str, a: str, b: str, va: list[float], vb: list[float], expected: Expectation, measure: str, *,
+          paired: bool, margin: float = 0.0, group: str = "", note: str = "", against_bound: bool = False) -> Comparison:
+    """A comparison of a's values against b's (per seed, in the same seed order when ``paired``).
+    ``against_bound``: b is a fixed number (one value), tested with a one-sample t."""
+    c = Comparison(part, a, b, measure, expected, margin, "", group=group, note=note)
+    bad = [side for side, v in (("a", va), ("b", vb)) if not all(math.isfinite(x) for x in v)]
+    if bad:
+        c.test = "diverged"
+        c.note = " ".join(filter(None, [note, f"{' and '.join(a if s == 'a' else b for s in bad)} diverged "
+                                              "(a non-finite value at some seed)"]))
+        c.verdict = "inconclusive" if len(bad) == 2 else DIVERGED[expected][bad[0]]
+        c.p_hold, c.p_refute = (0.0, 1.0) if c.verdict == "holds" else (1.0, 0.0) if c.verdict == "does not hold" \
+            else (None, None)
+        return c
+    c.a_mean, c.a_ci = statistics.fmean(va), stats.mean_interval(va)
+    c.b_mean, c.b_ci = statistics.fmean(vb), stats.mean_interval(vb)
+    d = stats.one_sample(va, vb[0]) if against_bound else stats.paired(va, vb) if paired else stats.welch(va, vb)
+    c.test, c.difference, c.df = d.test, d.estimate, d.df
+    if d.testable:
+        c.low, c.high = d.interval()
+        c.p_hold, c.p_refute = bounds_p(expected, d, c.bound)
+    return c
+
+
+def missing(part: str, a: str, b: str, expected: Expectation, measure: str, rows: list[str], margin: float = 0.0,
+            group: str = "") -> Comparison:
+    return Comparison(part, a, b, measure, expected, margin, "missing", group=group,
+                      note=f"the table has no row {', '.join(rows)}")
+
+
+def compare(part: str, a: Planned, b: Planned, expected: Expectation, table: Measured, seeds: list[int | None], *,
+            measure: str = "perplexity", paired: bool = True, margin: float = 0.0, group: str = "") -> Comparison:
+    """Two planned settings at every planned seed."""
+    va, miss_a = table.values(a, measure, seeds)
+    vb, miss_b = table.values(b, measure, seeds)
+    if miss_a or miss_b:
+        return missing(part, a.setting, b.setting, expected, measure, miss_a + miss_b, margin, group)
+    return judge(part, a.setting, b.setting, va, vb, expected, measure, paired=paired, margin=margin, group=group)
+
+
+# --------------------------------------------------------------------------------------------- claims
 
 
 @dataclass
@@ -58,261 +261,332 @@ class Claim:
     source: str
     statement: str
     comparisons: list[Comparison] = field(default_factory=list)
-    missing: str = ""  # why the table cannot test it, when it cannot
+    untested: list[str] = field(default_factory=list)  # parts of the claim the design cannot test, and why
     verdict: Verdict = "inconclusive"
+    groups: dict[str, Verdict] = field(default_factory=dict)  # per domain, where the claim is read per domain
+    rule: str = ""
 
 
-def compare(part: str, a: dict, b: dict, expected: Expectation, measure: str = "perplexity") -> Comparison:
-    d, se = difference(a, b, measure)
-    apart = separable(d, se)
-    if apart is None:
-        verdict: Verdict = "inconclusive"
-    elif expected == "lower":
-        verdict = "inconclusive" if not apart else ("holds" if d > 0 else "does not hold")
-    elif expected == "not lower":
-        verdict = "does not hold" if apart and d > 0 else "holds"
-    elif expected == "not higher":
-        verdict = "does not hold" if apart and d < 0 else "holds"
-    else:
-        verdict = "does not hold" if apart else "holds"
-    return Comparison(part, a["setting"], b["setting"], measure, expected, a[measure], b[measure], d, se, verdict)
-
-
-def overall(comparisons: list[Comparison]) -> Verdict:
-    verdicts = {c.verdict for c in comparisons}
-    if not comparisons:
-        return "inconclusive"
+def combine(comparisons: list[Comparison], untested: list[str]) -> Verdict:
+    verdicts = [c.verdict for c in comparisons]
     if "does not hold" in verdicts:
         return "does not hold"
-    return "holds" if verdicts == {"holds"} else "inconclusive"
+    if comparisons and not untested and all(v == "holds" for v in verdicts):
+        return "holds"
+    return "inconclusive"
 
 
-class Grid:
-    """The sweep's axes, read off its rows: the small size, the budgets, the domains."""
-
-    def __init__(self, rows: list[dict]):
-        self.rows = [r for r in rows if finite(r["perplexity"])]
-        self.sizes = sorted({r["size"] for r in self.rows}, key=lambda s: min(r["params"] for r in self.rows
-                                                                                if r["size"] == s))
-        self.pretrain = sorted({r["pretrain_steps"] for r in self.rows})
-        self.specialize = sorted({r["specialize_steps"] for r in self.rows})
-        self.domain_tokens = sorted({r["domain_tokens"] for r in self.rows})
-        self.domains = sorted({r["domain"] for r in self.rows})
-        self.methods = sorted({r["method"] for r in self.rows})
-
-    def find(self, **where) -> list[dict]:
-        return [r for r in self.rows if all(r[k] == v for k, v in where.items())]
-
-    def one(self, **where) -> dict | None:
-        found = self.find(**where)
-        if len(found) > 1:
-            raise ValueError(f"claims: {len(found)} settings match {where}: the table has an axis the claim "
-                             f"does not fix ({[r['setting'] for r in found]})")
-        return found[0] if found else None
-
-
-def _need(grid: Grid, claim: Claim, methods: list[str], budgets: bool = False) -> bool:
-    absent = [m for m in methods if m not in grid.methods]
-    if absent:
-        claim.missing = f"the table has no {', '.join(absent)} rows (methods in it: {', '.join(grid.methods)})"
-    elif budgets and len(grid.pretrain) < 2:
-        claim.missing = f"the table has one pretraining budget ({grid.pretrain}); the claim compares two"
-    return not claim.missing
-
-
-def c1(grid: Grid) -> Claim:
-    claim = Claim("C1", "Plan-Early", "With the smallest in-domain data size, SLM-is is the best small model on "
-                  "each domain (at the largest pretraining budget, at each specialization budget: SLM-is against "
-                  "the best other method of the same size).")
-    if not _need(grid, claim, [SLM_IS]) or len(grid.methods) < 2:
-        claim.missing = claim.missing or "the table has no method but SLM-is to compare with"
-        return claim
-    small, tokens, pretrain = grid.sizes[0], grid.domain_tokens[0], grid.pretrain[-1]
-    for domain in grid.domains:
-        for steps in grid.specialize:
-            cell = grid.find(size=small, domain=domain, domain_tokens=tokens, pretrain_steps=pretrain,
-                             specialize_steps=steps)
-            ours = [r for r in cell if r["method"] == SLM_IS]
-            others = [r for r in cell if r["method"] != SLM_IS]
-            if ours and others:
-                best = min(others, key=lambda r: r["perplexity"])
-                claim.comparisons.append(compare(
-                    f"{domain}, {tokens:,} in-domain tokens, {steps} specialization steps: SLM-is vs the best "
-                    f"other ({best['method']})", ours[0], best, "lower"))
+def settle(claim: Claim) -> Claim:
+    """Each comparison's verdict (Holm over the claim's refutations) and the claim's."""
+    tested = [c for c in claim.comparisons if c.test not in ("missing", "diverged", "one seed")]
+    for c, adjusted in zip(tested, stats.holm([c.p_refute for c in tested]), strict=True):
+        c.p_refute_adjusted = adjusted
+        c.verdict = "holds" if c.p_hold < ALPHA else "does not hold" if adjusted < ALPHA else "inconclusive"
+    claim.verdict = combine(claim.comparisons, claim.untested)
+    groups = sorted({c.group for c in claim.comparisons if c.group})
+    claim.groups = {g: combine([c for c in claim.comparisons if c.group == g], claim.untested) for g in groups}
+    n = len(claim.comparisons)
+    claim.rule = (f"holds when all {n} planned comparisons hold (each at 95%); does not hold when any refutation "
+                  f"survives Holm's adjustment over the {n}; otherwise inconclusive")
     return claim
 
 
-def c2(grid: Grid) -> Claim:
-    claim = Claim("C2", "Plan-Early", "At the largest pretraining budget and smallest specialization budget, "
-                  "SLM-mix and SLM-pn beat the generic small model; at the smallest pretraining budget they do not "
-                  "(on each domain and in-domain data size).")
-    if not _need(grid, claim, [BASELINE, SLM_MIX, SLM_PN], budgets=True):
+def c1(design: Design, table: Measured) -> Claim:
+    claim = Claim("C1", "Plan-Early", "With the smallest in-domain data size, SLM-is is the best small model on each "
+                  "domain, and beats the large model: at the largest pretraining budget and each specialization budget, "
+                  "SLM-is is lower than every other method of the smallest size, and than the large generic model "
+                  "specialized on the same data (where the plan has it, `sweep.distill`).")
+    others = [m for m in design.methods if m != SLM_IS]
+    if SLM_IS not in design.methods or not others:
+        claim.untested.append(f"the plan has no {SLM_IS} or no other method to compare it with (methods: "
+                              f"{', '.join(design.methods)})")
         return claim
-    small, steps = grid.sizes[0], grid.specialize[0]
-    for domain in grid.domains:
-        for tokens in grid.domain_tokens:
-            for pretrain, expected in ((grid.pretrain[-1], "lower"), (grid.pretrain[0], "not lower")):
+    small, tokens, top = design.small, design.axis("domain_tokens")[0], design.axis("pretrain_steps")[-1]
+    if not design.find(role="teacher"):
+        claim.untested.append("against the large model: the plan has no specialized large model (sweep.distill "
+                              "with sweep.large_size)")
+    for domain in design.axis("domain"):
+        for steps in design.axis("specialize_steps"):
+            cell = dict(domain=domain, domain_tokens=tokens, specialize_steps=steps)
+            ours = design.one(method=SLM_IS, size=small, pretrain_steps=top, role="grid", **cell)
+            rivals = [design.one(method=m, size=small, pretrain_steps=top, role="grid", **cell) for m in others]
+            rivals += design.find(role="teacher", pretrain_steps=top, **cell)
+            for rival in rivals:
+                what = f"the large model ({rival.size})" if rival.role == "teacher" else rival.method
+                claim.comparisons.append(compare(f"{domain}, {tokens:,} tokens, {steps} steps: SLM-is vs {what}",
+                                                 ours, rival, "lower", table, design.seeds, group=domain))
+    return claim
+
+
+def c2(design: Design, table: Measured) -> Claim:
+    claim = Claim("C2", "Plan-Early", "At the largest pretraining budget and the smallest specialization budget, "
+                  "SLM-mix and SLM-pn are lower than the generic small model; at the smallest pretraining budget "
+                  f"they are not lower by more than {MARGIN:.0%} (on each domain and in-domain data size). Read per "
+                  "domain beside its histogram entropy: Plan-Early found that PN and mix did not win on the domains "
+                  "whose cluster histogram has the highest entropy.")
+    absent = [m for m in (BASELINE, SLM_MIX, SLM_PN) if m not in design.methods]
+    budgets = design.axis("pretrain_steps")
+    if absent or len(budgets) < 2:
+        claim.untested.append(f"the plan has no {', '.join(absent)} settings" if absent else
+                              f"the plan has one pretraining budget ({budgets}); the claim compares two")
+        return claim
+    small, steps = design.small, design.axis("specialize_steps")[0]
+    for domain in design.axis("domain"):
+        for tokens in design.axis("domain_tokens"):
+            for pretrain, expected in ((budgets[-1], "lower"), (budgets[0], "not lower")):
                 at = dict(size=small, domain=domain, domain_tokens=tokens, pretrain_steps=pretrain,
                           specialize_steps=steps)
-                generic = grid.one(method=BASELINE, **at)
+                generic = design.one(method=BASELINE, **at, role="grid")
                 for method in (SLM_MIX, SLM_PN):
-                    row = grid.one(method=method, **at)
-                    if row and generic:
-                        claim.comparisons.append(compare(
-                            f"{domain}, {tokens:,} tokens, {pretrain} pretraining steps: {method} vs generic",
-                            row, generic, expected))
+                    claim.comparisons.append(compare(
+                        f"{domain}, {tokens:,} tokens, {pretrain} pretraining steps: {method} vs generic",
+                        design.one(method=method, role="grid", **at), generic, expected, table, design.seeds,
+                        margin=0.0 if expected == "lower" else MARGIN, group=domain))
     return claim
 
 
-def c3(grid: Grid) -> Claim:
-    claim = Claim("C3", "Soup-of-Experts", "Θ(domain histogram), instantiated without fine-tuning, has a lower "
-                  "domain loss than the generic model at equal pretraining steps (each budget), and reaches the "
-                  "generic model's loss at the largest budget in ≤ 0.6× its steps (the soup at the largest budget "
-                  "≤ 0.6× that one is not worse).")
-    if not _need(grid, claim, [BASELINE, SOUP]):
+def c3(design: Design, table: Measured) -> Claim:
+    claim = Claim("C3", "Soup-of-Experts", "Θ(domain histogram), instantiated without fine-tuning, has a lower domain "
+                  "loss than the generic model at equal pretraining steps (each budget), and reaches the generic "
+                  f"model's loss at the largest budget in ≤ {SOUP_REACH_SHARE:g}× its steps: the soup at exactly "
+                  f"{SOUP_REACH_SHARE:g}× the largest budget is not higher than the generic model at the largest, "
+                  f"by more than {MARGIN:.0%}. Before specialization; Welch's t (different pretraining runs).")
+    if any(m not in design.methods for m in (BASELINE, SOUP)):
+        claim.untested.append(f"the plan has no {BASELINE} or no {SOUP} settings")
         return claim
     # Before specialization the in-domain data size and specialization budget do not matter: the rows at
     # the smallest of each are the pretrained models' own evaluation.
-    at = dict(size=grid.sizes[0], domain_tokens=grid.domain_tokens[0], specialize_steps=grid.specialize[0])
-    top = grid.pretrain[-1]
-    for domain in grid.domains:
-        for pretrain in grid.pretrain:
-            soup = grid.one(method=SOUP, domain=domain, pretrain_steps=pretrain, **at)
-            generic = grid.one(method=BASELINE, domain=domain, pretrain_steps=pretrain, **at)
-            if soup and generic:
-                claim.comparisons.append(compare(f"{domain}, {pretrain} pretraining steps: soup vs generic, "
-                                                 "before specialization", soup, generic, "lower", "perplexity_before"))
-        early = [p for p in grid.pretrain if p <= 0.6 * top]
-        generic = grid.one(method=BASELINE, domain=domain, pretrain_steps=top, **at)
-        soup = grid.one(method=SOUP, domain=domain, pretrain_steps=early[-1], **at) if early else None
-        if soup and generic:
-            claim.comparisons.append(compare(f"{domain}: soup at {early[-1]} steps vs generic at {top}, before "
-                                             "specialization", soup, generic, "not higher", "perplexity_before"))
-    if not claim.comparisons and not any(p <= 0.6 * top for p in grid.pretrain):
-        claim.missing = f"no pretraining budget ≤ 0.6× the largest ({grid.pretrain})"
-    return claim
-
-
-def c4(grid: Grid) -> Claim:
-    claim = Claim("C4", "Plan-Early", "Distillation from a larger teacher does not pay once the teacher's cost is "
-                  "counted: at each cell (domain, in-domain data size, specialization budget), the distilled small "
-                  "model is not better than the best small model of another method that costs no more in total "
-                  "(pretraining + specialization for one domain, the teacher's included).")
-    if not _need(grid, claim, [DISTILLED]):
-        claim.missing = "the sweep plans no distillation trials (sweep.distill with sweep.large_size)"
-        return claim
-    for student in grid.find(method=DISTILLED):
-        cost = total_cost(student)
-        others = [r for r in grid.find(size=student["size"], domain=student["domain"],
-                                       domain_tokens=student["domain_tokens"])
-                  if r["method"] != DISTILLED and total_cost(r) <= cost]
-        if others:
-            best = min(others, key=lambda r: r["perplexity"])
+    at = dict(size=design.small, domain_tokens=design.axis("domain_tokens")[0],
+              specialize_steps=design.axis("specialize_steps")[0], role="grid")
+    budgets = design.axis("pretrain_steps")
+    top, reach = budgets[-1], round(SOUP_REACH_SHARE * budgets[-1])
+    if reach not in budgets:
+        claim.untested.append(f"the reach: no pretraining budget at {SOUP_REACH_SHARE:g}× the largest ({reach} "
+                              f"steps; budgets {budgets}): add it to sweep.pretrain_steps")
+    for domain in design.axis("domain"):
+        for pretrain in budgets:
             claim.comparisons.append(compare(
-                f"{student['domain']}, {student['domain_tokens']:,} tokens, {student['specialize_steps']} steps: "
-                f"distilled vs the best at no more cost ({best['method']}, {best['pretrain_steps']} pretraining steps)",
-                student, best, "not lower"))
+                f"{domain}, {pretrain} pretraining steps: soup vs generic", design.one(method=SOUP, domain=domain,
+                                                                                      pretrain_steps=pretrain, **at),
+                design.one(method=BASELINE, domain=domain, pretrain_steps=pretrain, **at), "lower", table,
+                design.seeds, measure="perplexity_before", paired=False, group=domain))
+        if reach in budgets:
+            claim.comparisons.append(compare(
+                f"{domain}: soup at {reach} steps vs generic at {top}",
+                design.one(method=SOUP, domain=domain, pretrain_steps=reach, **at),
+                design.one(method=BASELINE, domain=domain, pretrain_steps=top, **at), "not higher", table,
+                design.seeds, measure="perplexity_before", paired=False, margin=MARGIN, group=domain))
     return claim
 
 
-def total_cost(r: dict) -> float:
-    """C_total for one domain: generic pretraining + the domain's own (specialization; SLM-is: its pretraining)."""
-    return r["generic_flops"] + r["per_domain_flops"]
+def c4(design: Design, table: Measured) -> Claim:
+    claim = Claim("C4", "Plan-Early", "Distillation loses to PN and mix once the teacher's cost is counted: at each "
+                  "cell of the distillation trials, SLM-mix and SLM-pn of the student's size are lower than the "
+                  "distilled student, each at its largest pretraining budget whose total cost for one domain "
+                  "(generic + per-domain FLOPs) is no more than the student's, the teacher's pretraining and "
+                  "specialization counted in the student's. The budget is chosen by cost, never by outcome.")
+    students = design.find(role="distill")
+    if not students:
+        claim.untested.append("the plan has no distillation trials (sweep.distill with sweep.large_size)")
+        return claim
+    for rival_method in (SLM_MIX, SLM_PN):
+        if rival_method not in design.methods:
+            claim.untested.append(f"the plan has no {rival_method} settings")
+    for student in students:
+        cell = dict(size=student.size, domain=student.domain, domain_tokens=student.domain_tokens,
+                    specialize_steps=student.specialize_steps)
+        label = f"{student.domain}, {student.domain_tokens:,} tokens, {student.specialize_steps} steps"
+        budget = table.cost(student, design.seeds)
+        for rival_method in (SLM_MIX, SLM_PN):
+            rivals = design.grid(method=rival_method, **cell)
+            if not rivals:
+                continue
+            costs = {p.setting: table.cost(p, design.seeds) for p in [student, *rivals]}
+            unknown = [name for name, cost in costs.items() if cost is None]
+            if unknown:  # the choice by cost needs every candidate's cost
+                claim.comparisons.append(missing(f"{label}: {rival_method} vs distilled", rival_method, student.setting,
+                                                 "lower", "perplexity", unknown, group=student.domain))
+                continue
+            affordable = [p for p in rivals if costs[p.setting] <= budget]
+            if not affordable:
+                claim.untested.append(f"{label}: no {rival_method} budget costs as little as the student")
+                continue
+            rival = max(affordable, key=lambda p: costs[p.setting])
+            claim.comparisons.append(compare(
+                f"{label}: {rival_method} at {rival.pretrain_steps} pretraining steps ({costs[rival.setting]:.3g} "
+                f"FLOPs) vs distilled ({budget:.3g})", rival, student, "lower", table, design.seeds,
+                group=student.domain))
+    return claim
 
 
-SALT_STEPS_SHARE = 0.8  # C5: the SALT student reaches the baseline's final quality in at most this share of its steps
+def reach_step(curve: list[dict], target: float) -> float | None:
+    """The step at which an evaluated loss curve first reaches ``target``, linear between the two
+    evaluations around the crossing (the first evaluation's step when it starts below); ``None`` if never."""
+    previous = None
+    for point in curve:
+        if math.isfinite(point["loss"]) and point["loss"] <= target:
+            if previous is None:
+                return float(point["step"])
+            fall = (previous["loss"] - target) / (previous["loss"] - point["loss"])
+            return previous["step"] + fall * (point["step"] - previous["step"])
+        previous = point if math.isfinite(point["loss"]) else previous
+    return None
 
 
-def c5(curves: list[dict]) -> Claim:
-    claim = Claim("C5", "SALT", "A smaller teacher used for the first ~15–20% of steps lets a larger student reach "
-                  f"the baseline's final quality (its macro valid loss at its last step) in ≤ {SALT_STEPS_SHARE:g}× "
-                  "the baseline's steps: per seed, the first evaluated step at which the SALT run's loss is at or "
-                  "below the baseline's final loss, over the baseline's steps (a run that never reaches it counts "
-                  "as its whole length, 1.0).")
-    runs: dict[str, dict[int | None, list[dict]]] = {"large": {}, "salt": {}}
-    for c in curves:
-        if c["role"] in runs:
-            runs[c["role"]].setdefault(c["seed"], []).append(c)
-    seeds = sorted(set(runs["large"]) & set(runs["salt"]), key=lambda s: -1 if s is None else s)
+def c5(design: Design, curves: list[dict]) -> Claim:
+    claim = Claim("C5", "SALT", "A smaller teacher used for the first ~15–20% of steps lets a larger student reach the "
+                  "baseline's final quality (its macro valid loss at its last step) in fewer than "
+                  f"{SALT_STEPS_SHARE:g}× the baseline's steps: per seed, the step at which the SALT run's loss "
+                  "reaches the baseline's final loss, linear between evaluations, over the baseline's steps (a run "
+                  "that never reaches it counts as 1.0); their mean against the bound, one-sample t.")
+    runs = {(r.role, r.seed): r.name for r in design.curve_runs}
+    seeds = [s for s in design.seeds if ("large", s) in runs and ("salt", s) in runs]
     if not seeds:
-        claim.missing = "the sweep has no SALT run beside its large baseline (sweep.salt_kd_share with sweep.large_size)"
+        claim.untested.append("the plan has no SALT run beside its large baseline (sweep.salt_kd_share with "
+                              "sweep.large_size)")
         return claim
-    shares, interval, name = [], 0, ""
+    by_run: dict[str, list[dict]] = {}
+    for point in curves:
+        by_run.setdefault(point["run"], []).append(point)
+    absent = [runs[(role, s)] for s in seeds for role in ("large", "salt") if runs[(role, s)] not in by_run]
+    salt_name = runs[("salt", seeds[0])].removesuffix(f"-seed{seeds[0]}" if seeds[0] is not None else "")
+    bound = f"the bound {SALT_STEPS_SHARE:g}"
+    if absent:
+        claim.comparisons.append(missing("steps share", salt_name, bound, "lower", "steps_share", absent))
+        return claim
+    shares, every = [], set()
     for seed in seeds:
-        base = sorted(runs["large"][seed], key=lambda c: c["step"])
-        salt = sorted(runs["salt"][seed], key=lambda c: c["step"])
+        base = sorted(by_run[runs[("large", seed)]], key=lambda p: p["step"])
+        salt = sorted(by_run[runs[("salt", seed)]], key=lambda p: p["step"])
+        every |= {b["step"] - a["step"] for a, b in zip(salt, salt[1:], strict=False)}
         target, total = base[-1]["loss"], base[-1]["step"]
-        reached = next((c["step"] for c in salt if c["loss"] <= target), None)
+        if not math.isfinite(target) or not math.isfinite(salt[-1]["loss"]):  # who diverged lost (judge)
+            shares.append(math.nan if math.isfinite(target) else 0.0)
+            continue
+        reached = reach_step(salt, target)
         shares.append(reached / total if reached is not None else 1.0)
-        interval, name = salt[0]["step"], salt[0]["run"].removesuffix(seed_tail(seed))
-    a = {"setting": name, "steps_share": statistics.fmean(shares), "steps_share_se": standard_error(shares)}
-    b = {"setting": f"the bound {SALT_STEPS_SHARE:g}", "steps_share": SALT_STEPS_SHARE, "steps_share_se": 0.0}
-    claim.comparisons.append(compare(f"{len(seeds)} seed(s), evaluated every {interval} steps; per seed "
-                                     f"{', '.join(f'{x:.3f}' for x in shares)}", a, b, "lower", "steps_share"))
+    part = (f"{len(seeds)} seed(s), evaluated every {', '.join(map(str, sorted(every))) or '?'} steps; per seed "
+            f"{', '.join(f'{x:.3f}' for x in shares)}")
+    claim.comparisons.append(judge(part, salt_name, bound, shares, [SALT_STEPS_SHARE], "lower", "steps_share",
+                                   paired=False, against_bound=True))
     return claim
 
 
-def seed_tail(seed: int | None) -> str:
-    return "" if seed is None else f"-seed{seed}"
-
-
-def c6(rows: list[dict]) -> Claim:
-    claim = Claim("C6", "Plan-Early, Table 5", "Fine-tuning the most frequent cluster's expert is within noise of "
-                  "the best expert chosen after fine-tuning all (SLM-mix, at the cell of the largest pretraining "
-                  "budget, smallest in-domain data size and specialization budget).")
-    experts = [r for r in rows if r.get("expert") is not None]
+def c6(design: Design, table: Measured) -> Claim:
+    claim = Claim("C6", "Plan-Early, Table 5", "Fine-tuning the most frequent cluster's expert is within "
+                  f"{MARGIN:.0%} of the best expert chosen after fine-tuning all (SLM-mix, at the cell of the largest "
+                  "pretraining budget, smallest in-domain data size and specialization budget). The best expert is "
+                  "chosen for each seed on the other seeds' perplexities (never on the rows it is scored on); "
+                  "paired t over seeds.")
+    experts = design.find(role="experts")
     if not experts:
-        claim.missing = "the sweep fine-tunes only the most frequent cluster's expert (sweep.all_experts)"
+        claim.untested.append("the plan fine-tunes only the most frequent cluster's expert (sweep.all_experts)")
         return claim
-    grid = Grid(menu(rows))
-    for domain in sorted({r["domain"] for r in experts}):
-        mine = [r for r in experts if r["domain"] == domain]
-        at = {k: mine[0][k] for k in ("method", "size", "pretrain_steps", "domain_tokens", "specialize_steps")}
-        chosen = grid.one(domain=domain, **at)
-        if chosen:
-            best = min(mine, key=lambda r: r["perplexity"])
-            claim.comparisons.append(compare(f"{domain}: the most frequent cluster's expert vs the best of {len(mine)} "
-                                             f"fine-tuned (expert {best['expert']})", chosen, best, "tie"))
+    if len(design.seeds) < 2:
+        claim.untested.append("one seed: the best expert cannot be chosen on other seeds")
+        return claim
+    for domain in sorted({p.domain for p in experts}):
+        mine = [p for p in experts if p.domain == domain]
+        cell = {k: getattr(mine[0], k) for k in ("method", "size", "pretrain_steps", "domain_tokens",
+                                                 "specialize_steps")}
+        chosen = design.one(domain=domain, role="grid", **cell)
+        values = {p.setting: table.values(p, "perplexity", design.seeds) for p in [chosen, *mine]}
+        absent = [name for _, miss in values.values() for name in miss]
+        part = f"{domain}: the most frequent cluster's expert vs the best of {len(mine)} fine-tuned"
+        if absent:
+            claim.comparisons.append(missing(part, chosen.setting, "the best expert", "tie", "perplexity", absent,
+                                             MARGIN, domain))
+            continue
+        a, b, picks = values[chosen.setting][0], [], []
+        for i, seed in enumerate(design.seeds):
+            best = min(mine, key=lambda p: mean_without(values[p.setting][0], i))  # noqa: B023 (called at once)
+            picks.append(f"seed {seed}: expert {best.expert}")
+            b.append(values[best.setting][0][i])
+        claim.comparisons.append(judge(part, chosen.setting, f"the best expert ({'; '.join(picks)})", a, b, "tie",
+                                       "perplexity", paired=True, margin=MARGIN, group=domain,
+                                       note="best expert chosen on the other seeds"))
     return claim
 
 
-def evaluate(rows: list[dict], curves: list[dict] | None = None) -> list[Claim]:
-    """Every claim's verdict from the aggregated rows of one sweep and its pretraining curves."""
-    grid = Grid(menu(rows))
-    claims = [c1(grid), c2(grid), c3(grid), c4(grid), c5(curves or []), c6(rows)]
-    for claim in claims:
-        claim.verdict = overall(claim.comparisons)
-    return claims
+def mean_without(values: list[float], i: int) -> float:
+    """The mean of every value but the ``i``-th (inf when one of them diverged): C6's choice for seed i."""
+    others = [v for j, v in enumerate(values) if j != i]
+    return statistics.fmean(others) if all(math.isfinite(v) for v in others) else math.inf
 
 
-def _value(c: Comparison) -> str:
-    return f"{c.difference:+.2f} ± {c.se:.2f}" if c.se is not None else f"{c.difference:+.2f} (spread unknown)"
+def evaluate(rows: list[dict], design: Design, curves: list[dict] | None = None) -> list[Claim]:
+    """Every claim's verdict from a sweep's results table (a row per trial, at each seed), its plan and its
+    pretraining curves."""
+    table = Measured(rows)
+    return [settle(c) for c in (c1(design, table), c2(design, table), c3(design, table), c4(design, table),
+                                c5(design, curves or []), c6(design, table))]
 
 
-def markdown(claims: list[Claim]) -> str:
+# ---------------------------------------------------------------------------------------------- output
+
+
+def _num(x: float | None, digits: int = 2) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def _mean(mean: float | None, ci: float | None, digits: int) -> str:
+    if mean is None:
+        return "—"
+    return f"{mean:.{digits}f} ± {ci:.{digits}f}" if ci is not None else f"{mean:.{digits}f}"
+
+
+def _p(p: float | None) -> str:
+    return "—" if p is None else "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def _row(c: Comparison) -> str:
+    digits = 3 if c.measure == "steps_share" else 2
+    diff = "—" if c.difference is None else f"{c.difference:+.{digits}f}"
+    if c.low is not None:
+        diff += f" [{c.low:+.{digits}f}, {c.high:+.{digits}f}]"
+    expected = c.expected + (f" (±{c.margin:.0%}: {c.bound:.{digits}f})" if c.margin else "")
+    test = c.test + (f", df {c.df:.3g}" if c.df is not None else "")
+    note = f" ({c.note})" if c.note else ""
+    return (f"| {c.part}{note} | {c.a} | {c.b} | {MEASURES[c.measure]} | {_mean(c.a_mean, c.a_ci, digits)} | "
+            f"{_mean(c.b_mean, c.b_ci, digits)} | {diff} | {expected} | {test} | {_p(c.p_hold)} | "
+            f"{_p(c.p_refute_adjusted)} | {c.verdict} |")
+
+
+def markdown(claims: list[Claim], design: Design | None = None) -> str:
     lines = ["# Claims", "",
-             "Each claim of the seed papers, evaluated from this sweep's results table by `slm.tune.claims` "
-             "(rerun the sweep and the verdicts are recomputed). A comparison's difference is b − a in mean "
-             "perplexity ± its standard error over seeds; it is separable at two standard errors.", "",
+             "Each claim of the seed papers, evaluated from this sweep's results table and plan by `slm.tune.claims` "
+             "(docs/budgets.md, \"The claims check\", says how to read it). Means are over seeds ± half their 95% "
+             "interval; `b − a` is positive when a is lower (better), with its 95% interval; `p holds` is the "
+             "evidence for the expectation (< 0.05: the interval clears its bound), `p refutes` the evidence "
+             "against it after Holm's adjustment over the claim's comparisons.", "",
              "| claim | source | verdict | comparisons (holds / does not / inconclusive) |", "|---|---|---|---|"]
     for c in claims:
         counts = [sum(x.verdict == v for x in c.comparisons) for v in ("holds", "does not hold", "inconclusive")]
+        untested = f"; untested: {'; '.join(c.untested)}" if c.untested else ""
+        if c.untested and c.comparisons and all(x.verdict == "holds" for x in c.comparisons):
+            untested = f"; every tested comparison holds, but not all of the claim is tested{untested}"
         lines.append(f"| {c.id} | {c.source} | **{c.verdict}** | " +
-                     (" / ".join(map(str, counts)) if c.comparisons else f"not tested: {c.missing}") + " |")
+                     (" / ".join(map(str, counts)) + untested if c.comparisons else f"not tested: {'; '.join(c.untested)}")
+                     + " |")
     for c in claims:
         lines += ["", f"## {c.id} ({c.source}): {c.verdict}", "", c.statement, ""]
+        if c.untested:
+            lines += [f"Not testable with this plan: {u}." for u in c.untested] + [""]
         if not c.comparisons:
-            lines.append(f"Not tested by this table: {c.missing}.")
             continue
-        lines += ["| condition | a | b | measure | a | b | b − a | expected of a | verdict |",
-                  "|---|---|---|---|---:|---:|---:|---|---|"]
-        lines += [f"| {x.part} | {x.a} | {x.b} | {MEASURES[x.measure]} | {x.a_value:.2f} | {x.b_value:.2f} | "
-                  f"{_value(x)} | {x.expected} | {x.verdict} |" for x in c.comparisons]
+        lines += [f"Rule: {c.rule}.", ""]
+        if c.groups:
+            entropy = design.entropy if design else {}
+            lines += ["| domain | histogram entropy (nats) | verdict |", "|---|---:|---|"]
+            lines += [f"| {g} | {_num(entropy.get(g), 3)} | {v} |" for g, v in c.groups.items()] + [""]
+        lines += ["| condition | a | b | measure | a | b | b − a [95% CI] | expected of a (margin) | test | p holds | "
+                  "p refutes (Holm) | verdict |", "|---|---|---|---|---:|---:|---:|---|---|---:|---:|---|"]
+        lines += [_row(x) for x in c.comparisons]
     return "\n".join(lines) + "\n"
 
 
-def write_claims(rows: list[dict], out: Path, curves: list[dict] | None = None) -> list[Claim]:
-    claims = evaluate(rows, curves)
-    atomic_write_text(out / "claims.md", markdown(claims))
-    atomic_write_text(out / "claims.json", json.dumps([asdict(c) for c in claims], indent=2) + "\n")
+def write_claims(rows: list[dict], design: Design, out: Path, curves: list[dict] | None = None) -> list[Claim]:
+    claims = evaluate(rows, design, curves)
+    atomic_write_text(out / "claims.md", markdown(claims, design))
+    atomic_write_text(out / "claims.json", json.dumps([asdict(c) for c in claims], indent=2, allow_nan=True) + "\n")
     return claims

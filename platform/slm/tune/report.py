@@ -5,8 +5,8 @@ each point is a setting's mean perplexity with error bars of ± one standard err
 matplotlib): a panel per domain (and per size or data size), specialized valid perplexity on the y axis
 (lower is better), a colour per method (its paper name in the legend), a marker per in-domain data
 size, Pareto-optimal points (no other setting is both cheaper and better on the means) ringed in
-black and not joined, the points that are not separable from the front (within two standard errors
-of a front point that costs no more) ringed in grey; one legend, outside the panels:
+black and not joined, the points that no front point costing no more beats at 95% (Welch's t,
+``slm.tune.stats``) ringed in grey; one legend, outside the panels:
 
 - ``pretrain_cost.png``: vs pretraining FLOPs (the generic part; SLM-is has none, it is plotted at the
   cost of its domain-specific pretraining, which it pays per domain);
@@ -18,14 +18,16 @@ of a front point that costs no more) ringed in grey; one legend, outside the pan
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 
 from slm import methods
 from slm.artifacts import atomic_path, atomic_write_text
-from slm.tune.claims import write_claims
-from slm.tune.results import aggregate, difference, finite, menu, ppl, read_curves, read_table, separable
+from slm.tune.claims import Design, write_claims
+from slm.tune.results import aggregate, difference, finite, menu, ppl, read_curves, read_table
+from slm.tune.stats import separable
 
 
 def pareto(rows: list[dict], cost: str, quality: str = "perplexity") -> list[dict]:
@@ -50,7 +52,7 @@ def near_front(rows: list[dict], cost: str, quality: str = "perplexity") -> list
         if id(r) in on_front:
             continue
         beating = [o for o in ok if o is not r and o[cost] <= r[cost] and o[quality] <= r[quality]]
-        if all(separable(*difference(o, r, quality)) is False for o in beating):
+        if all(separable(difference(o, r, quality)) is False for o in beating):
             near.append(r)
     return sorted(near, key=lambda r: r[cost])
 
@@ -147,6 +149,15 @@ def _figure(path: Path, grid: list[list[tuple[str, list[dict]]]], cost, xlabel: 
     plt.close(fig)
 
 
+def read_plan(sweep: Path) -> dict:
+    """The sweep's plan (``plan.json``, written before its first trial): the rows the claims need."""
+    path = sweep / "plan.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: the claims check reads the rows it needs from the sweep's "
+                                "plan; rerun `slm sweep` on the same spec (finished runs and trials are kept)")
+    return json.loads(path.read_text())
+
+
 def report(sweep: str | Path, out: str | Path | None = None) -> dict:
     sweep = Path(sweep)
     trials = read_table(sweep)
@@ -176,7 +187,7 @@ def report(sweep: str | Path, out: str | Path | None = None) -> dict:
             total_flops, "total FLOPs for one domain")
     summary = markdown(rows, trials=sum(finite(t["perplexity"]) for t in trials))
     atomic_write_text(out / "summary.md", summary)
-    claims = write_claims(every, out, read_curves(sweep))
+    claims = write_claims(trials, Design.of(read_plan(sweep)), out, read_curves(sweep))
     return {"report": str(out), "plots": sorted(p.name for p in out.glob("*.png")), "rows": len(rows),
             "claims": {c.id: c.verdict for c in claims}}
 
@@ -185,7 +196,7 @@ def markdown(rows: list[dict], trials: int) -> str:
     seeds = max(r["n"] for r in rows)
     lines = ["# Sweep summary", "",
              f"{trials} specialized models: {len(rows)} settings, up to {seeds} seed(s) each. Perplexity is the mean "
-             "over a setting's seeds ± its standard error; a difference under two standard errors is a tie."
+             "over a setting's seeds ± its standard error; a difference whose 95% interval (Welch's t) includes zero is a tie."
              + ("" if seeds > 1 else " One seed per setting: the spread is unknown (set `sweep.seeds`)."), "",
              "Best per method (lowest mean perplexity):", "",
              "| method | size | pretrain steps | domain | in-domain tokens | spec. steps | ppl | top-1 | total FLOPs (1 domain) |",
@@ -201,7 +212,7 @@ def markdown(rows: list[dict], trials: int) -> str:
     lines += [f"| {r['trial']} | {r['_total']:.3g} | {ppl(r)} |" for r in pareto(rows, "_total")]
     near = near_front(rows, "_total")
     if near:
-        lines += ["", "Not separable from the front (within two standard errors of a front point that costs no more):",
+        lines += ["", "Not separable from the front (no front point that costs no more beats them at 95%, Welch's t):",
                   "", "| setting | total FLOPs | ppl |", "|---|---|---|"]
         lines += [f"| {r['trial']} | {r['_total']:.3g} | {ppl(r)} |" for r in near]
     lines += ["", "Plots: `pretrain_cost.png`, `specialize_cost.png`, `inference_size.png`, `domain_tokens.png`."]

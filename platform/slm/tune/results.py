@@ -2,12 +2,11 @@
 folded over seeds into one row per setting with the mean and its standard error; the pretraining runs'
 evaluation curves (``curves.parquet``).
 
-What "within noise" means here, in one place: two settings differ by ``d ± se`` with
-``se = sqrt(se_a² + se_b²)`` (the standard errors of their means over seeds); the difference is
-*separable* when ``d ≥ 2·se``, roughly a 95% two-sided test for a normal difference. With 3 seeds the
-standard errors are themselves rough, so a separable difference is evidence, not proof; a difference
-under that bar is reported as a tie, never ranked. A setting measured at one seed has no spread: its
-standard error is ``None`` and nothing about it is called separable or a tie.
+Two folded settings differ by ``difference(a, b)``: Welch's t on their means, standard errors and seed
+counts; *separable* when its 95% interval excludes zero (``slm.tune.stats``, the one definition of
+"within noise" that the claims check, `slm advise` and the report share). A difference that is not
+separable is reported as a tie, never ranked. A setting measured at one seed has no spread: its standard
+error is ``None`` and nothing about it is called separable or a tie.
 """
 
 from __future__ import annotations
@@ -24,12 +23,13 @@ import pyarrow.parquet as pq
 from slm import methods
 from slm.artifacts import atomic_path
 from slm.layout import RunLayout
+from slm.tune.stats import Difference, welch_from_summary
 
 COLUMNS = ["method", "size", "expert", "params", "inference_flops_per_token", "pretrain_steps", "pretrain_flops",
            "pretrain_device_seconds", "generic_flops", "generic_device_seconds", "domain", "domain_tokens",
            "specialize_steps", "specialize_flops", "specialize_device_seconds", "per_domain_flops",
            "per_domain_device_seconds", "perplexity", "accuracy", "perplexity_before", "accuracy_before",
-           "setting", "seed", "trial"]
+           "eval_loss_se", "setting", "seed", "trial"]
 # Averaged over a setting's seeds (FLOPs are equal across seeds; device-seconds are not).
 MEANS = ["pretrain_flops", "pretrain_device_seconds", "generic_flops", "generic_device_seconds", "specialize_flops",
          "specialize_device_seconds", "per_domain_flops", "per_domain_device_seconds", "perplexity", "accuracy",
@@ -37,7 +37,6 @@ MEANS = ["pretrain_flops", "pretrain_device_seconds", "generic_flops", "generic_
 # The same for every seed of a setting.
 SETTING = ["method", "size", "expert", "params", "inference_flops_per_token", "pretrain_steps", "domain",
            "domain_tokens", "specialize_steps"]
-SEPARABLE_SE = 2.0  # a difference of at least this many standard errors is separable
 
 
 def finite(x) -> bool:
@@ -72,6 +71,8 @@ def row(t: dict, m: dict, snapshots: dict, teacher: dict | None = None, teacher_
         "per_domain_device_seconds": spec_seconds + (pre_seconds if domain_specific else 0.0),
         "perplexity": m["eval"][d]["perplexity"], "accuracy": m["eval"][d]["accuracy"],
         "perplexity_before": m["eval_before"][d]["perplexity"], "accuracy_before": m["eval_before"][d]["accuracy"],
+        # the measure's own noise: the standard error of the mean loss from sampling the valid rows
+        "eval_loss_se": m["eval"][d]["loss_se"],
         # what a scheduler compares (ASHA's intermediate reports carry the training loss at "step")
         "loss": m["eval"][d]["loss"], "step": t["specialize_steps"],
     }
@@ -123,6 +124,7 @@ def read_table(sweep: str | Path) -> list[dict]:
         if "setting" not in r:
             r["setting"], r["seed"] = r["trial"], None
         r.setdefault("expert", None)  # tables written before the C6 experiment
+        r.setdefault("eval_loss_se", None)  # before issue 28's evaluation sample
     return rows
 
 
@@ -181,6 +183,8 @@ def aggregate(rows: list[dict]) -> list[dict]:
                                  f"({sorted({str(r[key]) for r in group})}): the table mixes two sweeps")
         row = {key: first[key] for key in SETTING}
         row.update({key: statistics.fmean(r[key] for r in group) for key in MEANS})
+        se = [r.get("eval_loss_se") for r in group]  # absent from tables written before issue 28
+        row["eval_loss_se"] = statistics.fmean(se) if all(finite(x) for x in se) else None
         for key in ("perplexity", "accuracy", "perplexity_before"):
             row[f"{key}_se"] = standard_error([r[key] for r in group])
         row.update(trial=setting, setting=setting, seeds=sorted(r["seed"] for r in group if r["seed"] is not None),
@@ -199,12 +203,6 @@ def standard_error(values: list[float]) -> float | None:
     return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
 
 
-def difference(a: dict, b: dict, key: str = "perplexity") -> tuple[float, float | None]:
-    """``b − a`` and its standard error (``None`` unless both are measured at ≥ 2 seeds)."""
-    se_a, se_b = a[f"{key}_se"], b[f"{key}_se"]
-    return b[key] - a[key], (math.hypot(se_a, se_b) if se_a is not None and se_b is not None else None)
-
-
-def separable(d: float, se: float | None) -> bool | None:
-    """Whether a difference stands out of the noise; ``None`` when its spread is unknown."""
-    return None if se is None else abs(d) >= SEPARABLE_SE * se
+def difference(a: dict, b: dict, key: str = "perplexity") -> Difference:
+    """``b − a`` of two folded settings (Welch's t; no interval unless both are measured at ≥ 2 seeds)."""
+    return welch_from_summary(a[key], a[f"{key}_se"], a["n"], b[key], b[f"{key}_se"], b["n"])

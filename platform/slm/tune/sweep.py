@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from dataclasses import replace
@@ -42,6 +43,7 @@ from ray.tune.schedulers import ASHAScheduler
 from slm import methods
 from slm.artifacts import atomic_write_json, read_manifest
 from slm.config import ConfigError, config_hash
+from slm.data.histogram import coarse_histograms
 from slm.job import JobConfig
 from slm.layout import RunLayout, TrainOutput
 from slm.models.config import size_config
@@ -213,10 +215,20 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
     peak = planning_peak(p_train)
     device_flops = peak.flops * sw.assumed_mfu
     return {"runs": runs, "trials": trials, "sizes": sizes, "small": small, "large": large or None,
+            "histogram_entropy": histogram_entropy(layout, domains) if check_data else {},
             "estimate": {"pretrain_flops": sum(r["flops"] for r in runs),
                          "specialize_flops": sum(t["flops"] for t in trials), "total_flops": total,
                          "device_seconds": total / device_flops, "assumed_mfu": sw.assumed_mfu,
                          "peak_flops_per_device": peak.flops, "peak_flops_source": peak.source}}
+
+
+def histogram_entropy(layout: RunLayout, domains: list[str]) -> dict[str, float]:
+    """Each domain's coarse cluster histogram's entropy in nats (C2 is read beside it); none before the
+    histogram stage has run."""
+    if not (layout.clusters_json.exists() and layout.histograms_json.exists()):
+        return {}
+    hist = coarse_histograms(layout.clusters_json, layout.histograms_json)
+    return {d: float(-sum(p * math.log(p) for p in hist[d] if p > 0)) for d in domains if d in hist}
 
 
 def _vocab_and_seq_len(cfg: JobConfig) -> tuple[int, int]:
