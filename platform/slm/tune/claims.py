@@ -285,9 +285,9 @@ def settle(claim: Claim) -> Claim:
     claim.verdict = combine(claim.comparisons, claim.untested)
     groups = sorted({c.group for c in claim.comparisons if c.group})
     claim.groups = {g: combine([c for c in claim.comparisons if c.group == g], claim.untested) for g in groups}
-    n = len(claim.comparisons)
-    claim.rule = (f"holds when all {n} planned comparisons hold (each at 95%); does not hold when any refutation "
-                  f"survives Holm's adjustment over the {n}; otherwise inconclusive")
+    claim.rule = (f"holds when all {len(claim.comparisons)} planned comparisons hold (each at 95%); does not hold "
+                  f"when any refutation survives Holm's adjustment over the {len(tested)} with an interval; "
+                  "otherwise inconclusive")
     return claim
 
 
