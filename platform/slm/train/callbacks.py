@@ -259,7 +259,8 @@ class Evaluator(Callback):
         if loop.valid and (loop.finished or (every and loop.progress.step % every == 0)):
             result = loop.run_evaluation()
             loop.last_eval = result
-            metrics.update({f"eval.{d}.{k}": v for d, r in result.items() for k, v in r.items() if k != "tokens"})
+            metrics.update({f"eval.{d}.{k}": v for d, r in result.items() for k, v in r.items()
+                            if k not in ("tokens", "rows")})
 
 
 class Snapshotter(Callback):
