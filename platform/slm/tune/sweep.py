@@ -27,12 +27,12 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import ray
 import ray.tune
 from ray.tune import CLIReporter, TuneConfig, Tuner
@@ -43,7 +43,7 @@ from ray.tune.schedulers import ASHAScheduler
 from slm import methods
 from slm.artifacts import atomic_write_json, read_manifest
 from slm.config import ConfigError, config_hash
-from slm.data.histogram import coarse_histograms
+from slm.data.histogram import coarse_histograms, entropy
 from slm.job import JobConfig
 from slm.layout import RunLayout, TrainOutput
 from slm.models.config import size_config
@@ -228,7 +228,7 @@ def histogram_entropy(layout: RunLayout, domains: list[str]) -> dict[str, float]
     if not (layout.clusters_json.exists() and layout.histograms_json.exists()):
         return {}
     hist = coarse_histograms(layout.clusters_json, layout.histograms_json)
-    return {d: float(-sum(p * math.log(p) for p in hist[d] if p > 0)) for d in domains if d in hist}
+    return {d: entropy(np.asarray(hist[d])) for d in domains if d in hist}
 
 
 def _vocab_and_seq_len(cfg: JobConfig) -> tuple[int, int]:
