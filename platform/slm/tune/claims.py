@@ -40,6 +40,7 @@ from typing import Literal
 from slm.artifacts import atomic_write_text
 from slm.methods import BASELINE, SLM_IS, SLM_MIX, SLM_PN, SOUP
 from slm.tune import stats
+from slm.tune.results import total_flops
 from slm.tune.stats import ALPHA, Difference
 
 Expectation = Literal["lower", "not lower", "not higher", "tie"]
@@ -157,7 +158,7 @@ class Measured:
         """C_total for one domain (generic + per-domain FLOPs; a distilled student's includes its teacher's),
         the same at every seed; ``None`` when the table has no row of the setting."""
         found = [self.rows[(p.setting, s)] for s in seeds if (p.setting, s) in self.rows]
-        return statistics.fmean(r["generic_flops"] + r["per_domain_flops"] for r in found) if found else None
+        return statistics.fmean(total_flops(r) for r in found) if found else None
 
 
 # ---------------------------------------------------------------------------------------- comparisons

@@ -26,7 +26,7 @@ import numpy as np
 from slm import methods
 from slm.artifacts import atomic_path, atomic_write_text
 from slm.tune.claims import Design, write_claims
-from slm.tune.results import aggregate, difference, finite, menu, ppl, read_curves, read_table
+from slm.tune.results import aggregate, difference, finite, menu, ppl, read_curves, read_table, total_flops
 from slm.tune.stats import separable
 
 
@@ -55,11 +55,6 @@ def near_front(rows: list[dict], cost: str, quality: str = "perplexity") -> list
         if all(separable(difference(o, r, quality)) is False for o in beating):
             near.append(r)
     return sorted(near, key=lambda r: r[cost])
-
-
-def total_flops(r: dict, domains: int = 1) -> float:
-    """C_total(N) = C_generic + N·C_specialization (SLM-is: N·(its pretraining + specialization))."""
-    return r["generic_flops"] + domains * r["per_domain_flops"]
 
 
 MARKERS = "osD^vP*X"

@@ -193,6 +193,11 @@ def aggregate(rows: list[dict]) -> list[dict]:
     return out
 
 
+def total_flops(r: dict, domains: int = 1) -> float:
+    """C_total(N) = C_generic + N·C_specialization (SLM-is: N·(its pretraining + specialization))."""
+    return r["generic_flops"] + domains * r["per_domain_flops"]
+
+
 def ppl(r: dict) -> str:
     """A setting's perplexity for a table: mean ± standard error over its seeds (n), or its one value."""
     return f"{r['perplexity']:.2f} ± {r['perplexity_se']:.2f} (n={r['n']})" if r["perplexity_se"] is not None \
