@@ -23,7 +23,7 @@ import json
 import os
 import sys
 
-from slm.artifacts import RunLockedError
+from slm.artifacts import RunLockedError, atomic_write_json
 from slm.config import ConfigError, check_name, dump_yaml
 from slm.job import JobConfig, load_job
 from slm.runtime import configure_output
@@ -130,16 +130,28 @@ def cmd_sweep(args) -> int:
 
     cfg = _load(args.job, list(args.overrides))
     if args.dry_run:
-        print(format_plan(plan(cfg, check_data=False)))
+        p = plan(cfg, check_data=False)
+        print(format_plan(p))
+        if args.plan_out:
+            atomic_write_json(args.plan_out, p)
+            print(f"plan written to {args.plan_out}")
         return 0
     run_job(_load(args.job, list(args.overrides) + ["stages=[sweep, report]"]))
     return 0
 
 
 def cmd_report(args) -> int:
-    from slm.tune.report import report
+    from slm.tune.report import report, report_tables, sweep_folders
 
-    print(json.dumps(report(args.sweep, args.out), indent=2))
+    paths = [*(args.sweep or []), *(args.tables or [])]
+    if not paths:
+        raise SystemExit("slm report: give a sweep folder, or several with --tables A B … (or a folder of them)")
+    if len(paths) == 1 and not args.plan and len(sweep_folders(paths)) == 1:
+        print(json.dumps(report(sweep_folders(paths)[0], args.out), indent=2))
+        return 0
+    if not args.out:
+        raise SystemExit("slm report: several tables are combined into --out FOLDER (results, curves, plan and report)")
+    print(json.dumps(report_tables(paths, args.out, args.plan), indent=2))
     return 0
 
 
@@ -266,10 +278,17 @@ def parser() -> argparse.ArgumentParser:
 
     sweep = with_overrides(sub.add_parser("sweep", help="run a budget sweep on Ray Tune, then its report"), True)
     sweep.add_argument("--dry-run", action="store_true", help="print the trial plan and estimated cost only")
+    sweep.add_argument("--plan-out", help="with --dry-run: also write the plan as JSON (the rows `slm report --plan` "
+                                          "checks a study's tables against)")
     sweep.set_defaults(fn=cmd_sweep)
-    rep = sub.add_parser("report", help="plots and a summary of a sweep's results")
-    rep.add_argument("sweep", help="a sweep folder (runs/<run>/sweeps/<name>) or its results.parquet")
-    rep.add_argument("--out", help="where to write (default: <sweep>/report)")
+    rep = sub.add_parser("report", help="plots, a summary and claims.md of a sweep's results (or several sweeps')")
+    rep.add_argument("sweep", nargs="*", help="a sweep folder (runs/<run>/sweeps/<name>) or its results.parquet")
+    rep.add_argument("--tables", nargs="+", metavar="SWEEP",
+                     help="several sweeps' tables (folders, results.parquet files, or a folder of sweep folders) "
+                          "read as one study: refused if they trained on different data")
+    rep.add_argument("--plan", help="the whole design's plan.json (`slm sweep --dry-run --plan-out`): its trials "
+                                    "missing from every table are named (default: the union of the tables' plans)")
+    rep.add_argument("--out", help="where to write (default: <sweep>/report; with several tables: required)")
     rep.set_defaults(fn=cmd_report)
     adv = sub.add_parser("advise", help="which method and size win for your budgets, from a sweep")
     adv.add_argument("--sweep", required=True, help="a sweep folder or its results.parquet")

@@ -72,13 +72,28 @@ def stage_embed(cfg: JobConfig, run_dir: Path) -> dict:
 
 
 def stage_cluster(cfg: JobConfig, run_dir: Path) -> dict:
-    """k-means of the generic windows; every window assigned to its coarse cluster and leaf."""
+    """k-means of the generic windows, or the pinned assignments of ``cluster.assignments``; every window
+    assigned to its coarse cluster and leaf; written to ``cluster.pin`` as pinned assignments if set."""
     from slm.data.cluster import cluster
+    from slm.data.embed import resolve_dtype
+    from slm.data.pinned import cluster_pinned, machine, write_pinned
 
     init_ray(cfg.ray)
     out = RunLayout.of(cfg).clusters
-    m = cluster(require(embed_dir(cfg), "embed"), cfg.cluster, out)
-    return {"output": str(out), "sample_windows": m["sample_windows"]}
+    if cfg.cluster.assignments:
+        m = cluster_pinned(cfg.corpus.dir, cfg.cluster, cfg.embed, out)
+        result = {"output": str(out), "found": m["found"], "embedded": m["embedded"]}
+    else:
+        m = cluster(require(embed_dir(cfg), "embed"), cfg.cluster, out)
+        result = {"output": str(out), "sample_windows": m["sample_windows"]}
+    if cfg.cluster.pin:
+        made_with = {"run": str(run_dir), "embed": {"fraction": cfg.embed.fraction, "splits": cfg.embed.splits,
+                                                     "domains": cfg.embed.domains,
+                                                     "dtype": resolve_dtype(cfg.embed.dtype, cfg.embed.device)},
+                     "from": cfg.cluster.assignments or "fitted", "machine": machine(), "stage_seconds": m["seconds"]}
+        header = write_pinned(out, cfg.cluster.pin, cfg.cluster, cfg.embed, made_with)
+        result |= {"pinned_to": cfg.cluster.pin, "pinned_fingerprint": header["fingerprint"]}
+    return result
 
 
 def stage_histogram(cfg: JobConfig, run_dir: Path) -> dict:
@@ -244,7 +259,7 @@ def check_domains(cfg: JobConfig) -> None:
     named = []  # (key, domain) of the sections this job's stages read
     if stages & {"pack", "pretrain", "sweep"}:  # the valid sets packed, and every evaluation
         named += [("corpus.domains", d) for d in cfg.corpus.domains]
-    if stages & {"embed"}:
+    if stages & {"embed"} or ("cluster" in stages and cfg.cluster.assignments):
         named += [("embed.domains", d) for d in cfg.embed.domains]
     if stages & {"histogram"}:
         named += [("histogram.domains", d) for d in cfg.histogram.domains]

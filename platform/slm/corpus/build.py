@@ -33,7 +33,7 @@ from slm.artifacts import atomic_path, file_sha256, read_manifest, write_manifes
 from slm.config import config_hash
 from slm.corpus import documents
 from slm.corpus.config import CorpusConfig
-from slm.corpus.packages import Archive, cached, fetch
+from slm.corpus.packages import Archive, cached, fetch, file_version
 from slm.corpus.sources import BY_NAME, Source, select, stdlib_code
 
 BUILDER_VERSION = 2  # bump when extraction or assembly changes what a build produces
@@ -88,8 +88,10 @@ def extract_source(name: str, cfg: CorpusConfig, staging: Path) -> dict:
     opened = [(package, *cached(package, cache)) for package in source.packages]
     key = _staging_key(source, cfg, [record for _, _, record in opened])
     path = staging / f"{name}-{key}.parquet"
+    packages = [{"package": p.label, "version": file_version(p, rec["file"]), "file": rec["file"],
+                 "sha256": rec["sha256"]} for p, _, rec in opened]
     if path.exists():
-        return {**json.loads(pq.read_schema(path).metadata[b"slm.counts"]), "staged": path.name}
+        return {**json.loads(pq.read_schema(path).metadata[b"slm.counts"]), "packages": packages, "staged": path.name}
 
     started = time.perf_counter()
     counts = documents.SourceCounts()
@@ -117,9 +119,7 @@ def extract_source(name: str, cfg: CorpusConfig, staging: Path) -> dict:
         "source": name,
         "role": source.role,
         "license": source.license,
-        "packages": [
-            {"package": p.label, "file": rec["file"], "sha256": rec["sha256"]} for p, _, rec in opened
-        ],
+        "packages": packages,
         "counts": dataclasses.asdict(counts),
         "extract_seconds": round(time.perf_counter() - started, 2),
     }
@@ -304,9 +304,41 @@ def build(cfg: CorpusConfig, force: bool = False) -> dict:
         "sources": staged,
         **assembled,
     }
+    if existing and existing.get("complete"):
+        manifest["changed_since_previous_build"] = changes(existing, manifest)
+        for line in manifest["changed_since_previous_build"]:
+            log(f"changed since the previous build: {line}")
     manifest = write_manifest(out, manifest)
     log(describe(manifest))
     return manifest
+
+
+def changes(before: dict, after: dict) -> list[str]:
+    """What a rebuild changed, a line per package version or checksum and per split's document count
+    (Debian serves only its current versions: a rebuild days later may fetch another linux-doc)."""
+    lines = []
+    for name in sorted(set(before.get("sources", {})) | set(after.get("sources", {}))):
+        old = {p["package"]: p for p in before.get("sources", {}).get(name, {}).get("packages", [])}
+        new = {p["package"]: p for p in after.get("sources", {}).get(name, {}).get("packages", [])}
+        for label in sorted(set(old) | set(new)):
+            a, b = old.get(label), new.get(label)
+            if a is None or b is None:
+                lines.append(f"{name}: {label} {'added' if a is None else 'removed'}")
+            elif a["sha256"] != b["sha256"]:
+                lines.append(f"{name}: {label} {a.get('version', a['file'])} → {b.get('version', b['file'])} "
+                             f"(sha256 {a['sha256'][:12]} → {b['sha256'][:12]})")
+    counts = [("generic", before.get("generic", {}), after.get("generic", {}))]
+    for domain in sorted(set(before.get("domains", {})) | set(after.get("domains", {}))):
+        for split in ("train", "valid"):
+            counts.append((f"{domain}/{split}", before.get("domains", {}).get(domain, {}).get(split, {}),
+                           after.get("domains", {}).get(domain, {}).get(split, {})))
+    for what, a, b in counts:
+        if a.get("documents") != b.get("documents"):
+            lines.append(f"{what}: {a.get('documents')} → {b.get('documents')} documents")
+    for key in ("builder_version", "python"):
+        if before.get(key) != after.get(key):
+            lines.append(f"{key}: {before.get(key)} → {after.get(key)}")
+    return lines
 
 
 def describe(manifest: dict) -> str:

@@ -82,6 +82,15 @@ def _download(package: Package, dest: Path) -> None:
         raise SourcePackageError(f"unknown registry {package.registry!r}")
 
 
+def file_version(package: Package, file_name: str) -> str:
+    """The version of a fetched file: the pin (PyPI, npm), else a deb's from its name
+    (``name_version_arch.deb``, the epoch's ``:`` written ``%3a``)."""
+    if package.version:
+        return package.version
+    parts = file_name.removesuffix(".deb").split("_")
+    return parts[1].replace("%3a", ":") if len(parts) == 3 else "unknown"
+
+
 def fetch(package: Package, cache_dir: Path) -> dict:
     """Download ``package`` into ``cache_dir`` unless it is already there; return its record."""
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -111,6 +120,7 @@ def fetch(package: Package, cache_dir: Path) -> dict:
         "registry": package.registry,
         "name": package.name,
         "version_pin": package.version,
+        "version": file_version(package, got.name),
         "file": got.name,
         "sha256": sha,
         "bytes": (cache_dir / got.name).stat().st_size,

@@ -53,6 +53,11 @@ def _embeddings(table: pa.Table, what: str) -> np.ndarray:
     return column.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim).astype(np.float32)
 
 
+def clustering(cfg: ClusterConfig) -> dict:
+    """The settings that make the clusters (not where they are read from or written to)."""
+    return {k: v for k, v in asdict(cfg).items() if k not in ("assignments", "max_unpinned", "pin", "output")}
+
+
 def fit(embed_dir: str | Path, cfg: ClusterConfig) -> dict:
     """Fit the coarse (and fine) k-means on a deterministic sample of generic windows."""
     if not embedding_files(embed_dir):
@@ -96,27 +101,36 @@ def fit(embed_dir: str | Path, cfg: ClusterConfig) -> dict:
             "inertia": float(coarse.inertia_)}
 
 
+def assign(x: np.ndarray, coarse: np.ndarray, fine: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest coarse centroid, then nearest fine centroid inside it (squared Euclidean, as k-means):
+    each row's coarse cluster and leaf (``coarse × fine_k + fine``; the coarse cluster when flat)."""
+    if x.shape[1] != coarse.shape[1]:
+        raise ValueError(f"embedding dimension {x.shape[1]} does not match the centroids' "
+                         f"{coarse.shape[1]}: were these windows embedded with another model?")
+    top = _nearest(x, coarse)
+    if fine is None:
+        return top, top.copy()
+    fine_k = fine.shape[1]
+    leaf = np.empty_like(top)
+    for c in np.unique(top):
+        rows = top == c
+        leaf[rows] = c * fine_k + _nearest(x[rows], fine[c])
+    return top, leaf
+
+
+def with_clusters(batch: pa.Table, coarse: np.ndarray, leaf: np.ndarray) -> pa.Table:
+    out = batch.select(ASSIGNMENT_COLUMNS)
+    return out.append_column("coarse", pa.array(coarse, pa.int32())).append_column("leaf", pa.array(leaf, pa.int32()))
+
+
 class Assigner:
-    """Nearest coarse centroid, then nearest fine centroid inside it (squared Euclidean, as k-means)."""
+    """A Ray Data actor: every embedded window's coarse cluster and leaf."""
 
     def __init__(self, coarse: np.ndarray, fine: np.ndarray | None):
         self.coarse, self.fine = coarse, fine
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        x = _embeddings(batch, "embedding batch")
-        if x.shape[1] != self.coarse.shape[1]:
-            raise ValueError(f"embedding dimension {x.shape[1]} does not match the centroids' "
-                             f"{self.coarse.shape[1]}: were these windows embedded with another model?")
-        coarse = _nearest(x, self.coarse)
-        leaf = coarse.copy()
-        if self.fine is not None:
-            fine_k = self.fine.shape[1]
-            leaf = np.empty_like(coarse)
-            for c in np.unique(coarse):
-                rows = coarse == c
-                leaf[rows] = c * fine_k + _nearest(x[rows], self.fine[c])
-        out = batch.select(ASSIGNMENT_COLUMNS)
-        return out.append_column("coarse", pa.array(coarse, pa.int32())).append_column("leaf", pa.array(leaf, pa.int32()))
+        return with_clusters(batch, *assign(_embeddings(batch, "embedding batch"), self.coarse, self.fine))
 
 
 def _nearest(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
@@ -134,29 +148,20 @@ def cluster(embed_dir: str | Path, cfg: ClusterConfig, out: str | Path) -> dict:
                                 "embed stage (again: outputs made before fingerprints are re-embedded)")
     # Keyed by what was embedded, not where: a new domain embedded, a shard re-imported and re-embedded,
     # each changes the fingerprint and the clusters are made again.
-    key = config_hash({"cfg": asdict(cfg), "embeddings": embedded["fingerprint"]})
+    key = config_hash({"cfg": clustering(cfg), "embeddings": embedded["fingerprint"]})
     if is_complete(out, key):
         print(f"[cluster] {out} is complete and current", flush=True)
         return read_manifest(out)
     started = time.perf_counter()
     model = fit(embed_dir, cfg)
     out.mkdir(parents=True, exist_ok=True)
-    arrays = {"coarse": model["coarse"]} | ({"fine": model["fine"]} if model["fine"] is not None else {})
-    with atomic_path(out / "centroids.npz") as tmp, open(tmp, "wb") as f:
-        np.savez(f, **arrays)
+    save_centroids(out / "centroids.npz", model["coarse"], model["fine"])
     ds = ray.data.read_parquet(embedding_files(embed_dir))
     assigned = ds.map_batches(Assigner, fn_constructor_args=(model["coarse"], model["fine"]),
                               batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.5)
     with atomic_path(out / "assignments") as tmp:
         assigned.write_parquet(str(tmp))
-    stats = ray.data.read_parquet(str(out / "assignments"))
-    sizes = (stats.groupby(["domain", "coarse", "leaf"])
-             .aggregate(Count(alias_name="windows"), Sum("n_tokens", alias_name="tokens")).take_all())
-    description = {"k": cfg.k, "fine_k": cfg.fine_k, "leaves": cfg.k * max(cfg.fine_k, 1),
-                   "titles": model["titles"],
-                   "sizes": sorted(({k: (int(v) if isinstance(v, np.integer) else v) for k, v in r.items()}
-                                    for r in sizes), key=lambda r: (r["domain"], r["leaf"]))}
-    atomic_write_json(out / "clusters.json", description)
+    describe(out, cfg, model["titles"])
     manifest = write_manifest(out, {
         "stage": "cluster", "config_hash": key, "config": asdict(cfg), "embed_dir": str(embed_dir),
         "embeddings_fingerprint": embedded["fingerprint"],
@@ -165,6 +170,24 @@ def cluster(embed_dir: str | Path, cfg: ClusterConfig, out: str | Path) -> dict:
     print(f"[cluster] k={cfg.k}" + (f"×{cfg.fine_k}" if cfg.fine_k else "") +
           f" fitted on {model['sample_windows']} windows; assignments in {out / 'assignments'}", flush=True)
     return manifest
+
+
+def save_centroids(path: Path, coarse: np.ndarray, fine: np.ndarray | None) -> None:
+    arrays = {"coarse": coarse} | ({"fine": fine} if fine is not None else {})
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def describe(out: Path, cfg: ClusterConfig, titles: dict[str, list[str]]) -> dict:
+    """``clusters.json``: each (domain, coarse, leaf)'s windows and tokens, and the coarse clusters' titles."""
+    stats = ray.data.read_parquet(str(out / "assignments"))
+    sizes = (stats.groupby(["domain", "coarse", "leaf"])
+             .aggregate(Count(alias_name="windows"), Sum("n_tokens", alias_name="tokens")).take_all())
+    description = {"k": cfg.k, "fine_k": cfg.fine_k, "leaves": cfg.k * max(cfg.fine_k, 1), "titles": titles,
+                   "sizes": sorted(({k: (int(v) if isinstance(v, np.integer) else v) for k, v in r.items()}
+                                    for r in sizes), key=lambda r: (r["domain"], r["leaf"]))}
+    atomic_write_json(out / "clusters.json", description)
+    return description
 
 
 def load_sizes(cluster_dir: str | Path) -> list[dict]:

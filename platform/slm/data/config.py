@@ -84,8 +84,21 @@ class ClusterConfig:
     seed: int = 0
     titles: int = 5  # sample titles kept per coarse cluster
     output: str = "clusters"  # folder under the run directory
+    # Pinned assignments (slm.data.pinned): a Parquet file of window content → coarse cluster and leaf,
+    # with the centroids, made by another run (`pin` below). Windows found in it keep their clusters and
+    # are not embedded; the others are embedded and assigned to its nearest centroids. No k-means is
+    # fitted and the embed stage is not needed.
+    assignments: str = ""
+    # Refuse pinned assignments that lack more than this share of the job's windows (a file of another
+    # corpus, or of another windowing); a part that grows the file on purpose raises it to 1.
+    max_unpinned: float = 0.1
+    # Write this job's assignments (and centroids) to this Parquet file when the stage ends: the file
+    # `assignments` reads.
+    pin: str = ""
 
     def validate(self, prefix: str = "") -> None:
+        if not 0 <= self.max_unpinned <= 1:
+            raise ConfigError(f"config key '{prefix}max_unpinned': must be in [0, 1], got {self.max_unpinned}")
         if self.k < 1:
             raise ConfigError(f"config key '{prefix}k': must be at least 1, got {self.k}")
         if self.fine_k < 0:

@@ -126,28 +126,55 @@ def corpus_windows(files: list[str], cfg: EmbedConfig):
                                                     "max_tokens": cfg.max_tokens}, batch_format="pyarrow"))
 
 
+def load_embedder(cfg: dict):
+    """The embedder an actor runs, from ``asdict(EmbedConfig)`` with ``dtype`` and ``compile`` resolved
+    (``resolve_dtype``, ``resolve_compile``): torch is imported here, in the actors only (the stage's
+    other tasks, reading, windowing and DSIR's ``corpus_windows``, would each pay seconds to import it)."""
+    import torch
+
+    from slm.data.embedder import SentenceEmbedder
+
+    torch.set_num_threads(cfg["torch_threads"])
+    path = cfg["model_path"] or str(tokenizers.embedder_dir())
+    embedder = SentenceEmbedder.load(path, dtype=cfg["dtype"], device=cfg["device"], max_tokens=cfg["max_tokens"],
+                                     cache_dir=cfg["cache_dir"], compiled=cfg["compile"] == "always",
+                                     threads=cfg["torch_threads"])
+    dim = embedder.dimension()
+    if dim != EMBEDDING_DIM:
+        raise ValueError(f"embed.model_path {path}: embedding dimension {dim}, expected {EMBEDDING_DIM}")
+    return embedder
+
+
+def _chosen_documents(batch: pa.Table, fraction_of: dict[str, float]) -> pa.Table:
+    paths = batch.column("path").to_pylist()
+    of_path = {p: fraction_of[str(Path(p).resolve())] for p in set(paths)}  # resolve once per file
+    ids = batch.column("id").to_pylist()
+    keep = [covers(i, of_path[p]) for p, i in zip(paths, ids, strict=True)]
+    return batch.filter(pa.array(keep, pa.bool_())).drop_columns(["path"])
+
+
+def covered_windows(corpus_dir: str | Path, cfg: EmbedConfig):
+    """The windows an embed run with ``cfg`` would embed (its splits, domains and generic fraction), cut
+    as it cuts them, without embedding them: a Ray Dataset of ``WINDOW_COLUMNS``."""
+    corpus_dir = Path(corpus_dir).expanduser()
+    fraction_of = {str(Path(p).resolve()): f for p, f in shards_to_embed(corpus_dir, cfg).items()}
+    tokenizer_json = str(Path(cfg.model_path or tokenizers.embedder_dir()) / "tokenizer.json")
+    return (ray.data.read_parquet(list(fraction_of), include_paths=True)
+            .select_columns(["id", "text", "source", "domain", "path"])
+            .map_batches(_chosen_documents, fn_kwargs={"fraction_of": fraction_of}, batch_format="pyarrow")
+            .map_batches(_windows_batch, fn_kwargs={"tokenizer_json": tokenizer_json, "max_tokens": cfg.max_tokens},
+                         batch_format="pyarrow"))
+
+
 class WindowEmbedder:
     """A Ray Data actor: window, embed and write one batch of whole documents."""
 
     def __init__(self, cfg: dict, out_root: str):
-        # torch only in the embedding actors: the stage's other tasks (reading, windowing, DSIR's
-        # corpus_windows) would each pay seconds to import it.
-        import torch
-
-        from slm.data.embedder import SentenceEmbedder
-
-        torch.set_num_threads(cfg["torch_threads"])
+        self.embedder = load_embedder(cfg)
         path = cfg["model_path"] or str(tokenizers.embedder_dir())
-        self.embedder = SentenceEmbedder.load(path, dtype=cfg["dtype"], device=cfg["device"],
-                                              max_tokens=cfg["max_tokens"], cache_dir=cfg["cache_dir"],
-                                              compiled=cfg["compile"] == "always",  # embed_corpus resolved auto
-                                              threads=cfg["torch_threads"])
-        dim = self.embedder.dimension()
-        if dim != EMBEDDING_DIM:
-            raise ValueError(f"embed.model_path {path}: embedding dimension {dim}, expected {EMBEDDING_DIM}")
         self.tokenizer = tokenizers.load(str(Path(path) / "tokenizer.json"))  # for windows: no truncation
         self.cfg, self.out_root = cfg, Path(out_root)
-        self.schema = window_schema(dim)
+        self.schema = window_schema(EMBEDDING_DIM)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         # A batch may span blocks of several input shards: one output file per shard it touches.
@@ -365,8 +392,14 @@ def shards_to_embed(corpus_dir: Path, cfg: EmbedConfig) -> dict[str, float]:
 def selected_ids(path: str, fraction: float) -> set[str]:
     """The documents of a shard that an embed run with ``fraction`` covers (chosen by content hash)."""
     ids = pq.read_table(path, columns=["id"]).column("id").to_pylist()
-    # Salted, so that the sample is independent of the valid split (also chosen by hash).
-    return set(ids) if fraction >= 1 else {i for i in ids if hash_uniform(f"embed:{i}") < fraction}
+    return {i for i in ids if covers(i, fraction)}
+
+
+def covers(doc_id: str, fraction: float) -> bool:
+    """Whether an embed run with this share of a shard embeds this document (chosen by content hash,
+    salted so that the sample is independent of the valid split, also chosen by hash). The samples are
+    nested: a document in the 0.2 sample is in the 0.4 one."""
+    return fraction >= 1 or hash_uniform(f"embed:{doc_id}") < fraction
 
 
 def default_output(corpus_dir: Path, cfg: EmbedConfig) -> Path:

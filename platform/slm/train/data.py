@@ -11,6 +11,7 @@ need random access by cluster, and exact resume needs the row order to be a func
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,8 +66,19 @@ def materialize(packed_dir: str | Path) -> Path:
         for a in (tokens, coarse, leaf):
             a.flush()
         del tokens, coarse, leaf
-    write_manifest(out, {"stage": "arrays", "rows": rows, "width": width, "fingerprint": fingerprint})
+    write_manifest(out, {"stage": "arrays", "rows": rows, "width": width, "fingerprint": fingerprint,
+                         "digest": arrays_digest(out)})
     return out
+
+
+def arrays_digest(arrays_dir: str | Path) -> str:
+    """SHA-256 (16 hex digits) over the arrays' contents, in their order: what a run trains on, bit for
+    bit. Two sweeps whose sets have the same digests trained on the same data (their tables can be
+    combined: ``slm report --tables``)."""
+    digest = hashlib.sha256()
+    for name in ("tokens", "coarse", "leaf"):
+        digest.update(np.ascontiguousarray(np.load(Path(arrays_dir) / f"{name}.npy", mmap_mode="r")).tobytes())
+    return digest.hexdigest()[:16]
 
 
 @dataclass

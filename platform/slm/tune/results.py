@@ -151,12 +151,20 @@ def write_curves(runs: list[dict], layout: RunLayout, out: Path) -> Path:
                          "seed": run["seed"], "step": step, "tokens": m["tokens"], "flops": m["flops"],
                          "loss": m["eval.macro.loss"], "perplexity": m["eval.macro.perplexity"],
                          "accuracy": m["eval.macro.accuracy"]})
-    schema = pa.schema([(c, pa.string()) for c in ("run", "role", "method", "size")] + [
-        ("seed", pa.int64()), ("step", pa.int64()), ("tokens", pa.int64()), ("flops", pa.float64()),
-        ("loss", pa.float64()), ("perplexity", pa.float64()), ("accuracy", pa.float64())])
-    with atomic_path(out / "curves.parquet") as tmp:
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
-    return out / "curves.parquet"
+    return write_curve_rows(rows, out / "curves.parquet")
+
+
+CURVE_SCHEMA = pa.schema([(c, pa.string()) for c in ("run", "role", "method", "size")] + [
+    ("seed", pa.int64()), ("step", pa.int64()), ("tokens", pa.int64()), ("flops", pa.float64()),
+    ("loss", pa.float64()), ("perplexity", pa.float64()), ("accuracy", pa.float64())])
+
+
+def write_curve_rows(rows: list[dict], path: Path) -> Path:
+    """A curves table (temp, then rename), a row per (run, step): the first of any repeats."""
+    rows = list({(r["run"], r["step"]): r for r in reversed(rows)}.values())[::-1]
+    with atomic_path(path) as tmp:
+        pq.write_table(pa.Table.from_pylist(sorted(rows, key=lambda r: (r["run"], r["step"])), schema=CURVE_SCHEMA), tmp)
+    return path
 
 
 def read_curves(sweep: str | Path) -> list[dict]:

@@ -51,6 +51,7 @@ from slm.models.gpt import ModelConfigError
 from slm.runtime import init_ray
 from slm.train.budget import dense_flops_per_token
 from slm.train.config import BudgetConfig
+from slm.train.data import arrays_digest
 from slm.train.hardware import planning_peak
 from slm.train.trainer import gpt_config, packed, pretrain, pretrain_data, specialize, valid_sets, vocab_size
 from slm.tune.results import row, write_curves, write_table
@@ -220,6 +221,17 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
                          "specialize_flops": sum(t["flops"] for t in trials), "total_flops": total,
                          "device_seconds": total / device_flops, "assumed_mfu": sw.assumed_mfu,
                          "peak_flops_per_device": peak.flops, "peak_flops_source": peak.source}}
+
+
+def data_digests(cfg: JobConfig, p: dict) -> dict:
+    """The digest of every packed set the plan trains or evaluates on (made into arrays here, once) and
+    their fingerprint: the report combines only tables of sweeps with the same fingerprint."""
+    domains = sorted({t["domain"] for t in p["trials"]})
+    sets = {methods.get(r["method"]).pretrain_set(r["domain"] or cfg.resample.domain) for r in p["runs"]}
+    sets |= {f"domain/{d}" for d in domains}
+    sets = {name: arrays_digest(packed(cfg.run.dir, cfg, name)) for name in sorted(sets)}
+    sets |= {f"valid/{d}": arrays_digest(path) for d, path in valid_sets(cfg.run.dir, cfg, list(cfg.corpus.domains)).items()}
+    return {"sets": dict(sorted(sets.items())), "fingerprint": config_hash(sorted(sets.items()))}
 
 
 def histogram_entropy(layout: RunLayout, domains: list[str]) -> dict[str, float]:
@@ -422,6 +434,7 @@ def run_sweep(cfg: JobConfig) -> dict:
     print(format_plan(p), flush=True)
     out = sweep_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
+    p["data"] = data_digests(cfg, p)
     atomic_write_json(out / "plan.json", p)
     init_ray(cfg.ray)
     pretrain_all(cfg, p["runs"])
