@@ -132,6 +132,11 @@ def cmd_sweep(args) -> int:
     if args.dry_run:
         p = plan(cfg, check_data=False)
         print(format_plan(p))
+        if args.probe:
+            from slm.tune.estimate import format_estimate, probe_and_estimate
+
+            p["wall_estimate"] = probe_and_estimate(cfg, p)
+            print(format_estimate(p["wall_estimate"]))
         if args.plan_out:
             atomic_write_json(args.plan_out, p)
             print(f"plan written to {args.plan_out}")
@@ -278,6 +283,9 @@ def parser() -> argparse.ArgumentParser:
 
     sweep = with_overrides(sub.add_parser("sweep", help="run a budget sweep on Ray Tune, then its report"), True)
     sweep.add_argument("--dry-run", action="store_true", help="print the trial plan and estimated cost only")
+    sweep.add_argument("--probe", action="store_true",
+                       help="with --dry-run: time the plan's models on this machine (a minute or two) and estimate "
+                            "the sweep's wall time from that")
     sweep.add_argument("--plan-out", help="with --dry-run: also write the plan as JSON (the rows `slm report --plan` "
                                           "checks a study's tables against)")
     sweep.set_defaults(fn=cmd_sweep)

@@ -311,7 +311,7 @@ def c1(design: Design, table: Measured) -> Claim:
             cell = dict(domain=domain, domain_tokens=tokens, specialize_steps=steps)
             ours = design.one(method=SLM_IS, size=small, pretrain_steps=top, role="grid", **cell)
             rivals = [design.one(method=m, size=small, pretrain_steps=top, role="grid", **cell) for m in others]
-            rivals += design.find(role="teacher", pretrain_steps=top, **cell)
+            rivals += design.find(role="teacher", **cell)  # at the large runs' own length (sweep.large_steps)
             for rival in rivals:
                 what = f"the large model ({rival.size})" if rival.role == "teacher" else rival.method
                 claim.comparisons.append(compare(f"{domain}, {tokens:,} tokens, {steps} steps: SLM-is vs {what}",

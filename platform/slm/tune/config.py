@@ -39,6 +39,9 @@ class SweepConfig:
     # evaluations) into the sweep's curves table. C6 (`all_experts`): at the largest pretraining budget,
     # smallest in-domain data size and specialization budget, every SLM-mix expert is fine-tuned.
     large_size: str = ""
+    # The large runs' length in steps (0: the largest of pretrain_steps). C4 and C5 compare within the
+    # large model's own runs, so it need not saturate: a study sizes it to fit its time (docs/results.md).
+    large_steps: int = 0
     distill: bool = False
     salt_kd_share: float = 0.0
     curve_every: int = 0
@@ -69,3 +72,6 @@ class SweepConfig:
                               f"(a size name, e.g. d2)")
         if self.curve_every < 0:
             raise ConfigError(f"config key '{prefix}curve_every': must be ≥ 0, got {self.curve_every}")
+        if self.large_steps < 0:
+            raise ConfigError(f"config key '{prefix}large_steps': must be ≥ 0 (0: the largest pretraining budget), "
+                              f"got {self.large_steps}")

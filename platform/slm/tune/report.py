@@ -216,13 +216,15 @@ def combine(folders: list[Path], plan: dict | None = None) -> tuple[list[dict], 
                 raise CombineError(f"trial {t['trial']} is in both {seen[t['trial']]} and {f}: give each part once")
             seen[t["trial"]] = f
             trials.append(t)
+    entropies = {k: v for p in plans.values() for k, v in p.get("histogram_entropy", {}).items()}
     if plan is None:
         plan = dict(plans[folders[0]])
         plan["runs"] = list({r["name"]: r for p in plans.values() for r in p["runs"]}.values())
         plan["trials"] = list({t["name"]: t for p in plans.values() for t in p["trials"]}.values())
         plan["sizes"] = {k: v for p in plans.values() for k, v in p["sizes"].items()}
-        plan["histogram_entropy"] = {k: v for p in plans.values() for k, v in p.get("histogram_entropy", {}).items()}
-    plan = {**plan, "data": plans[folders[0]].get("data", {}), "parts": [str(f) for f in folders]}
+    # A design planned before its data was made (`--dry-run`) has no histograms: the parts measured them.
+    plan = {**plan, "histogram_entropy": plan.get("histogram_entropy") or entropies,
+            "data": plans[folders[0]].get("data", {}), "parts": [str(f) for f in folders]}
     curves = [c for f in folders for c in read_curves(f)]
     missing = sorted(t["name"] for t in plan["trials"] if t["name"] not in seen)
     return trials, plan, curves, missing

@@ -131,20 +131,20 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
     longest, budgets = max(sw.pretrain_steps), sorted(set(sw.pretrain_steps))
     all_tokens, all_k = sorted(set(sw.domain_tokens)), sorted(set(sw.specialize_steps))
     seeds = sw.seeds or [None]
-    curve_every = sw.curve_every or max(1, longest // 20)
     runs: list[dict] = []
     trials: list[dict] = []
 
     def add_run(name: str, method: str, size: str, domain: str | None, seed: int | None, snapshots: list[int],
                 role: str, teacher: str | None = None, kd_steps: int = 0, eval_every: int = 0) -> None:
-        flops = sizes[size]["train_flops_per_token"] * pre_tokens * longest
+        steps = max(snapshots)
+        flops = sizes[size]["train_flops_per_token"] * pre_tokens * steps
         if teacher:
             flops += sizes[small]["inference_flops_per_token"] * pre_tokens * kd_steps
         known = next((r for r in runs if r["name"] == name), None)
         if known:  # the grid already trains it: it becomes the large run, with the large run's evaluations
             known.update(role=role, eval_every=known["eval_every"] or eval_every)
             return
-        runs.append({"name": name, "method": method, "size": size, "domain": domain, "seed": seed, "steps": longest,
+        runs.append({"name": name, "method": method, "size": size, "domain": domain, "seed": seed, "steps": steps,
                      "snapshots": snapshots, "role": role, "teacher": teacher, "kd_steps": kd_steps,
                      "eval_every": eval_every, "flops": flops})
 
@@ -166,6 +166,9 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
         """What names a trial's domain in its setting (a run pretrained for one domain names it already)."""
         return f"-{d}" if len(domains) > 1 else ""
 
+    def cell(d: str, steps: int, tokens: int, k: int) -> str:
+        return f"{on(d).lstrip('-')}{'-' if on(d) else ''}p{steps}-t{tokens}-s{k}"
+
     for method in compared:
         for size in sw.sizes:
             for domain in (domains if methods.get(method).per_domain else [None]):
@@ -181,35 +184,36 @@ def plan(cfg: JobConfig, check_data: bool = True) -> dict:
     student = pretrain_name(methods.BASELINE, small, None)
     if large:
         teacher_base = pretrain_name(methods.BASELINE, large, None)
+        large_steps = sw.large_steps or longest
+        large_curve_every = sw.curve_every or max(1, large_steps // 20)
         for seed in seeds:
-            add_run(teacher_base + seed_suffix(seed), methods.BASELINE, large, None, seed, [longest], "large",
-                    eval_every=curve_every)
+            add_run(teacher_base + seed_suffix(seed), methods.BASELINE, large, None, seed, [large_steps], "large",
+                    eval_every=large_curve_every)
         if sw.salt_kd_share:
-            kd_steps = max(1, round(sw.salt_kd_share * longest))
+            kd_steps = max(1, round(sw.salt_kd_share * large_steps))
             for seed in seeds:
-                add_run(f"salt-{large}" + seed_suffix(seed), methods.BASELINE, large, None, seed, [longest], "salt",
-                        teacher=student + seed_suffix(seed), kd_steps=kd_steps, eval_every=curve_every)
+                add_run(f"salt-{large}" + seed_suffix(seed), methods.BASELINE, large, None, seed, [large_steps], "salt",
+                        teacher=student + seed_suffix(seed), kd_steps=kd_steps, eval_every=large_curve_every)
         if sw.distill:
             for seed in seeds:
                 for d in domains:
                     for tokens in all_tokens:
                         for k in all_k:
-                            cell = f"{on(d).lstrip('-')}{'-' if on(d) else ''}p{longest}-t{tokens}-s{k}"
-                            add_trial(teacher_base + seed_suffix(seed), methods.BASELINE, large, longest, d, tokens, k,
-                                      seed, f"{teacher_base}-{cell}", "teacher")
+                            teacher = f"{teacher_base}-{cell(d, large_steps, tokens, k)}"
+                            add_trial(teacher_base + seed_suffix(seed), methods.BASELINE, large, large_steps, d, tokens,
+                                      k, seed, teacher, "teacher")
                             add_trial(student + seed_suffix(seed), methods.DISTILLED, small, longest, d, tokens, k, seed,
-                                      f"{methods.DISTILLED}-{small}-from-{large}-{cell}", "distill",
-                                      teacher=f"{teacher_base}-{cell}" + seed_suffix(seed),
+                                      f"{methods.DISTILLED}-{small}-from-{large}-{cell(d, longest, tokens, k)}",
+                                      "distill", teacher=teacher + seed_suffix(seed),
                                       teacher_run=teacher_base + seed_suffix(seed), wave=2)
     if sw.all_experts:
         experts = cfg.pretrain.model.n_experts or cfg.cluster.k
         base = pretrain_name(methods.SLM_MIX, small, None)
         for seed in seeds:
             for d in domains:
-                cell = f"{on(d).lstrip('-')}{'-' if on(d) else ''}p{longest}-t{all_tokens[0]}-s{all_k[0]}"
                 for e in range(experts):
                     add_trial(base + seed_suffix(seed), methods.SLM_MIX, small, longest, d, all_tokens[0], all_k[0], seed,
-                              f"{base}-{cell}-e{e}", "experts", expert=e)
+                              f"{base}-{cell(d, longest, all_tokens[0], all_k[0])}-e{e}", "experts", expert=e)
     # A teacher trains before its student: SALT's runs after the grid's.
     runs.sort(key=lambda r: r["teacher"] is not None)
     total = sum(r["flops"] for r in runs) + sum(t["flops"] for t in trials)
