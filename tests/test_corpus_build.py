@@ -83,9 +83,25 @@ def test_manifest_records_versions_licenses_and_accounting(corpus_manifest):
             assert counts[key] >= 0
         for package in info["packages"]:
             assert len(package["sha256"]) == 64
+            assert package["version"] not in ("", "unknown"), package
     assert sources["python-stdlib"]["python"]["python"] == sys.version.split()[0]
     share = corpus_manifest["generic"]["dictionary_share"]
     assert share["documents"] <= corpus_config().dictionary_cap + 1e-9
+
+
+def test_a_rebuild_says_which_package_and_split_changed(corpus_manifest):
+    from slm.corpus.build import changes
+
+    after = json.loads(json.dumps(corpus_manifest))
+    package = after["sources"]["linux-doc"]["packages"][0]
+    package.update(version="6.1.999-1", sha256="0" * 64)
+    after["domains"]["techdocs"]["train"]["documents"] -= 3
+    lines = changes(corpus_manifest, after)
+    assert len(lines) == 2
+    assert lines[0].startswith(f"linux-doc: {package['package']} ") and "→ 6.1.999-1" in lines[0]
+    before_docs = corpus_manifest["domains"]["techdocs"]["train"]["documents"]
+    assert lines[1] == f"techdocs/train: {before_docs} → {before_docs - 3} documents"
+    assert changes(corpus_manifest, corpus_manifest) == []
 
 
 def test_dictionary_cap_binds_when_lowered(corpus_manifest, tmp_path):

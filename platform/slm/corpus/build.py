@@ -36,7 +36,7 @@ from slm.corpus.config import CorpusConfig
 from slm.corpus.packages import Archive, cached, fetch, file_version
 from slm.corpus.sources import BY_NAME, Source, select, stdlib_code
 
-BUILDER_VERSION = 2  # bump when extraction or assembly changes what a build produces
+BUILDER_VERSION = 3  # bump when a build produces something else (3: the manifest records each package's version)
 SCHEMA = pa.schema(
     [("id", pa.string()), ("text", pa.string()), ("source", pa.string()), ("domain", pa.string()),
      ("n_chars", pa.int64())]

@@ -162,6 +162,10 @@ def tune_overhead(slots: int, cpus: float) -> dict:
     from ray import tune
     from ray.tune import RunConfig, TuneConfig, Tuner
 
+    import logging
+
+    # Trials that report nothing of note: Tune's analysis warns that it found no metrics files for them.
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
     walls = {}
     with tempfile.TemporaryDirectory(prefix="slm-probe-tune-") as storage:
         for turns in (2, 4):

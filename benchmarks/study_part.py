@@ -1,0 +1,75 @@
+"""One part of the study (issue 29): its data stages and one seed's sweep, from a clean checkout, then its
+small tables committed under ``benchmarks/results/study/seed<S>/``.
+
+    python benchmarks/study_part.py --seed 0 [key=value ...]
+
+Runs ``slm run jobs/sweeps/study.yaml sweep.seeds=[S] sweep.name=study-seed<S>`` (the pinned clusters make
+the data stages the same on every machine; finished stages, runs and trials are kept, so a rerun
+resumes), then copies the part's ``results.parquet``/``.csv``, ``curves.parquet``, ``plan.json`` and the
+report's ``summary.md`` and ``claims.md`` beside ``part.json``: the wall time of each stage and of the
+whole part, the FLOPs the plan trained, the machine (CPU model, flags that decide the precision, cores)
+and the commit. ``slm report --tables benchmarks/results/study`` combines the parts. Prints part.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from slm.artifacts import atomic_write_json
+from slm.runtime import cpu_flags, cpu_model
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = ROOT / "jobs" / "sweeps" / "study.yaml"
+TABLES = ("results.parquet", "results.csv", "curves.parquet", "plan.json")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "study"))
+    parser.add_argument("overrides", nargs="*", help="extra config overrides (e.g. run.root=/scratch/runs)")
+    args = parser.parse_args()
+    name = f"study-seed{args.seed}"
+    overrides = [f"sweep.seeds=[{args.seed}]", f"sweep.name={name}", *args.overrides]
+    slm = str(Path(sys.executable).with_name("slm"))
+    config = subprocess.run([slm, "config", str(SPEC), *overrides], check=True, capture_output=True, text=True,
+                            cwd=ROOT).stdout
+    run_dir = ROOT / _value(config, "root", "run") / _value(config, "name", "run")
+    started = time.time()
+    subprocess.run([slm, "run", str(SPEC), *overrides], check=True, cwd=ROOT, env=os.environ)
+    wall = time.time() - started
+    sweep = run_dir / "sweeps" / name
+    out = Path(args.out) / f"seed{args.seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    for table in TABLES:
+        shutil.copy2(sweep / table, out / table)
+    for text in ("summary.md", "claims.md"):
+        shutil.copy2(sweep / "report" / text, out / text)
+    plan = json.loads((sweep / "plan.json").read_text())
+    flags = sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+    part = {"part": name, "seed": args.seed, "overrides": overrides, "wall_s": round(wall, 1),
+            "stages_s": {k: v["seconds"] for k, v in json.loads((run_dir / "stage_resources.json").read_text()).items()},
+            "flops": plan["estimate"]["total_flops"], "data_fingerprint": plan["data"]["fingerprint"],
+            "machine": {"cpu": cpu_model(), "flags": flags, "cores": os.cpu_count()},
+            "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip(),
+            "finished_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    atomic_write_json(out / "part.json", part)
+    print(json.dumps(part, indent=2))
+
+
+def _value(config_yaml: str, key: str, section: str) -> str:
+    """A top-level section's key from `slm config`'s YAML (the resolved run folder)."""
+    import yaml
+
+    return str(yaml.safe_load(config_yaml)[section][key])
+
+
+if __name__ == "__main__":
+    main()

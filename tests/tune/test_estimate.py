@@ -1,0 +1,51 @@
+"""`slm sweep --dry-run --probe`: the plan replayed with measured rates (the replay's arithmetic on a real
+plan, and one real probe of this machine, slow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slm.job import load_job
+from slm.tune.estimate import Rate, _schedule, estimate, probe_and_estimate
+from slm.tune.sweep import plan
+
+SPEC = Path(__file__).parents[2] / "jobs" / "sweeps" / "quickstart.yaml"
+
+
+def test_list_scheduling_waits_for_teachers_and_fills_free_slots():
+    assert _schedule([("a", 10, None), ("b", 5, None), ("c", 5, "a"), ("d", 1, None)], 2) == 15
+    assert _schedule([("a", 3, None), ("b", 3, None), ("c", 3, None)], 1) == 9
+    assert _schedule([("a", 3, None), ("b", 3, None), ("c", 3, None)], 3) == 3
+
+
+def test_the_replay_adds_what_each_run_and_trial_does(tmp_path):
+    cfg = load_job(SPEC, [f"run.root={tmp_path}", "sweep.seeds=[0]", "sweep.methods=[generic]",
+                          "pretrain.train.eval_every=0", "pretrain.train.checkpoint_every=0"])
+    p = plan(cfg, check_data=False)
+    rates = {"pretrain:generic:d2": Rate(step_s=1.0, eval_tokens_per_s=1000.0, setup_s=2.0, save_s=0.5),
+             "specialize:d2": Rate(step_s=0.5, eval_tokens_per_s=2000.0, setup_s=1.0, save_s=0.25)}
+    tune = {"per_trial_s": 3.0, "per_wave_s": 10.0}
+    e = estimate(cfg, p, rates, tune, slots=1)
+    (run,) = p["runs"]
+    evals = 2 * cfg.pretrain.train.eval_tokens * len(e["valid_tokens"])  # before and at the end, none packed
+    saves = len(run["snapshots"]) + 1
+    assert e["pretrain_s"] == pytest.approx(2.0 + run["steps"] * 1.0 + evals / 1000.0 + saves * 0.5)
+    trial = 3.0 + 1.0 + p["trials"][0]["specialize_steps"] * 0.5 + 2 * cfg.specialize.train.eval_tokens / 2000.0 + 0.25
+    assert e["trials_s"] == pytest.approx(10.0 + trial * len(p["trials"]))
+    assert e["total_s"] == pytest.approx(e["pretrain_s"] + e["trials_s"])
+    # Two slots: the trials (all alike) take half the turns.
+    assert estimate(cfg, p, rates, tune, slots=2)["trials_s"] == pytest.approx(10.0 + trial * len(p["trials"]) / 2)
+
+
+@pytest.mark.slow  # ~3 minutes on 2 cores: the real loop per item in two processes, and Tune's no-op trials
+@pytest.mark.ray
+def test_a_real_probe_measures_every_item(tmp_path, ray_local):
+    cfg = load_job(SPEC, [f"run.root={tmp_path}", "sweep.seeds=[0]", "sweep.methods=[generic, mixture]",
+                          "sweep.sizes=[d1]"])
+    p = plan(cfg, check_data=False)
+    e = probe_and_estimate(cfg, p)
+    assert set(e["rates"]) == {"pretrain:generic:d1", "pretrain:mixture:d1", "specialize:d1"}
+    assert all(r["step_s"] > 0 and r["eval_tokens_per_s"] > 0 for r in e["rates"].values())
+    assert e["tune"]["per_trial_s"] >= 0 and e["total_s"] > e["pretrain_s"] > 0
