@@ -364,8 +364,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except ValueError as err:
         # The model commands' refusals (slm.export.Refusal: a pretrained bank to export, a prompt past
-        # the context) are messages; any other ValueError is a bug and keeps its traceback.
-        if "slm.export" not in sys.modules or not isinstance(err, sys.modules["slm.export"].Refusal):
+        # the context) and the report's (slm.tune.report.CombineError: tables of different data) are
+        # messages; any other ValueError is a bug and keeps its traceback.
+        refusals = tuple(getattr(sys.modules[m], n) for m, n in (("slm.export", "Refusal"),
+                                                                   ("slm.tune.report", "CombineError"))
+                         if m in sys.modules)
+        if not isinstance(err, refusals):
             raise
         print(f"slm: {err}", file=sys.stderr)
         return 1

@@ -81,10 +81,12 @@ def test_a_drifted_corpus_keeps_its_found_windows_and_assigns_the_new_ones(pinne
     assert 3 <= new <= 10 and f"{new} of" in str(refused.value)  # the three documents' windows, named
     assert manifest["found"] == manifest["windows"] - new
     table = pq.read_table(tmp_path / "drifted" / "assignments")
-    before = clusters_by_id(root / "fitted")
-    found = table.filter(table.column("pinned"))
-    assert all(before[i] == (c, leaf) for i, c, leaf in zip(*(found.column(k).to_pylist()
-                                                              for k in ("id", "coarse", "leaf")), strict=True))
+    fitted = pq.read_table(root / "fitted" / "assignments").to_pydict()
+    by_text = dict(zip(fitted["text"], zip(fitted["coarse"], fitted["leaf"], strict=True), strict=True))
+    found = table.filter(table.column("pinned")).to_pydict()
+    assert all(by_text[t] == (c, leaf) for t, c, leaf in zip(found["text"], found["coarse"], found["leaf"], strict=True))
+    # Keyed by content: the edited document is a new id, but its windows before the edit are found.
+    assert set(found["id"]) - set(fitted["id"])
     # The new windows: the nearest pinned centroids of their embeddings.
     fresh = table.filter(pc.invert(table.column("pinned")))
     embedder = load_embedder(asdict(replace(EMBED, dtype=resolve_dtype(EMBED.dtype, "cpu"))))

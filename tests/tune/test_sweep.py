@@ -104,6 +104,15 @@ def test_the_claims_experiments_are_planned_beside_the_grid(tmp_path):
     experts = [t for t in p["trials"] if t["role"] == "experts"]
     assert sorted(t["expert"] for t in experts if t["seed"] == 0) == [0, 1, 2, 3]
     assert {(t["pretrain_steps"], t["domain_tokens"], t["specialize_steps"]) for t in experts} == {(20, 1000, 5)}
+    # The large runs sized on their own (sweep.large_steps): SALT's KD share, the teachers' budget.
+    short = plan(spec("sweep.large_size=d2", "sweep.distill=true", "sweep.salt_kd_share=0.2", "sweep.large_steps=8"),
+                 check_data=False)
+    runs = {r["name"]: r for r in short["runs"]}
+    assert (runs["generic-d2-seed0"]["steps"], runs["salt-d2-seed0"]["steps"], runs["salt-d2-seed0"]["kd_steps"]) == (8, 8, 2)
+    assert runs["generic-d1-seed0"]["steps"] == 20
+    student = next(t for t in short["trials"] if t["name"] == "distill-d1-from-d2-p20-t1000-s5-seed1")
+    assert student["teacher"] == "generic-d2-p8-t1000-s5-seed1" and student["pretrain_steps"] == 20
+    assert {t["pretrain_steps"] for t in short["trials"] if t["role"] == "teacher"} == {8}
     with pytest.raises(ConfigError, match="sweep.large_size"):
         spec("sweep.distill=true")
     with pytest.raises(SweepSpecError, match="not larger than the smallest size"):
@@ -225,7 +234,10 @@ def test_the_study_design_meets_the_issue(slm_cli):
     dry run prints the plan and its cost."""
     cfg = load_job(REPO / "jobs" / "sweeps" / "study.yaml", [])
     sw = cfg.sweep
-    assert cfg.embed.fraction == 1.0 and cfg.stages[0] == "embed" and cfg.stages[-2:] == ["sweep", "report"]
+    assert cfg.embed.fraction == 1.0 and cfg.stages[-2:] == ["sweep", "report"]
+    # No part embeds: every part reads the committed pinned clusters, made from the same windows.
+    assert "embed" not in cfg.stages and (REPO / cfg.cluster.assignments).is_file()
+    assert cfg.embed.splits == ["all", "train"] and 0 < sw.large_steps <= max(sw.pretrain_steps)
     assert len(sw.domains) >= 3 and len(sw.seeds) >= 3 and max(sw.pretrain_steps) >= 10 * min(sw.pretrain_steps)
     assert round(0.6 * max(sw.pretrain_steps)) in sw.pretrain_steps
     assert len(sw.domain_tokens) >= 2 and len(sw.specialize_steps) >= 2
@@ -253,6 +265,7 @@ def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_
         train_run, "sweep.name=tiny", "sweep.methods=[generic, mixture, soup]", "sweep.sizes=[tiny]",
         "sweep.large_size=d2", "sweep.domains=[legal]", "resample.domains=[]", "sweep.pretrain_steps=[10, 20]",
         "sweep.domain_tokens=[3200]", "sweep.specialize_steps=[5]", "sweep.seeds=[0, 1]", "sweep.curve_every=5",
+        "sweep.large_steps=0",
         "pretrain.train.checkpoint_every=10", "specialize.train.checkpoint_every=0", "ray.include_dashboard=false",
         "ray.num_cpus=2")
     command = [sys.executable, "-m", "slm.cli", "sweep", "jobs/sweeps/study.yaml", *overrides]
@@ -323,3 +336,54 @@ def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_
     assert all(claims[c]["comparisons"] for c in ("C3", "C4", "C5", "C6")), claims
     assert "the plan has no importance" in claims["C1"]["untested"][0]  # CI size
     assert "no pretraining budget at 0.6× the largest (12 steps" in claims["C3"]["untested"][0]
+
+
+def test_a_study_in_two_parts_reports_as_one(train_run, slm_cli, tmp_path):
+    """The study's spec at CI size run as two parts (a seed each, as benchmarks/study_part.py runs them),
+    then `slm report --tables` over both: one table, the design's missing trial named, and a part that
+    trained on other data refused."""
+    common = train_overrides(
+        train_run, "sweep.methods=[generic, mixture]", "sweep.sizes=[tiny]", "sweep.large_size=",
+        "sweep.distill=false", "sweep.salt_kd_share=0", "sweep.all_experts=false", "sweep.domains=[legal]",
+        "resample.domains=[]", "sweep.pretrain_steps=[10, 20]", "sweep.domain_tokens=[3200]",
+        "sweep.specialize_steps=[5]", "pretrain.train.checkpoint_every=0", "specialize.train.checkpoint_every=0",
+        "ray.include_dashboard=false", "ray.num_cpus=2")
+    parts = {}
+    for seed in (0, 1):
+        name = f"part{seed}"
+        slm_cli("sweep", "jobs/sweeps/study.yaml", *common, f"sweep.seeds=[{seed}]", f"sweep.name={name}")
+        parts[seed] = train_run.run.dir / "sweeps" / name
+    design = tmp_path / "design.json"
+    slm_cli("sweep", "jobs/sweeps/study.yaml", "--dry-run", "--plan-out", str(design), *common, "sweep.seeds=[0, 1]")
+    plans = [json.loads((parts[s] / "plan.json").read_text()) for s in (0, 1)]
+    assert plans[0]["data"] == plans[1]["data"] and set(plans[0]["data"]["sets"]) >= {"generic", "domain/legal", "valid/legal"}
+
+    combined = tmp_path / "combined"
+    printed = slm_cli("report", "--tables", str(parts[0]), str(parts[1]), "--plan", str(design),
+                      "--out", str(combined)).stdout
+    result = json.loads(printed[printed.index("{") if printed.startswith("{") else printed.index("\n{") + 1:])
+    assert result["missing"] == [] and len(result["tables"]) == 2
+    rows = pq.read_table(combined / "results.parquet").to_pylist()
+    assert sorted(r["seed"] for r in rows) == [0] * 4 + [1] * 4
+    assert (combined / "report" / "claims.md").exists() and (combined / "report" / "pretrain_cost.png").exists()
+
+    # A part whose table lacks a planned trial: named.
+    short = tmp_path / "short"
+    shutil.copytree(parts[1], short, ignore=shutil.ignore_patterns("tune", "checkpoints", "specialized", "tensorboard"))
+    table = pq.read_table(short / "results.parquet")
+    lost = table.column("trial")[0].as_py()
+    pq.write_table(table.slice(1), short / "results.parquet")
+    out = slm_cli("report", "--tables", str(parts[0]), str(short), "--plan", str(design), "--out",
+                  str(tmp_path / "short-report")).stdout
+    assert "1 planned trials are in none of the tables" in out and lost in out
+
+    # A part that trained on other packed data: refused, naming the set.
+    other = tmp_path / "other"
+    shutil.copytree(short, other)
+    plan_json = json.loads((other / "plan.json").read_text())
+    plan_json["data"]["sets"]["domain/legal"] = "0" * 16
+    plan_json["data"]["fingerprint"] = "other"
+    (other / "plan.json").write_text(json.dumps(plan_json))
+    refused = slm_cli("report", "--tables", str(parts[0]), str(other), "--out", str(tmp_path / "refused"), check=False)
+    assert refused.returncode != 0 and "['domain/legal']" in refused.stdout + refused.stderr
+    assert not (tmp_path / "refused" / "results.parquet").exists()

@@ -159,10 +159,10 @@ def _noop_trial(config: dict) -> None:
 def tune_overhead(slots: int, cpus: float) -> dict:
     """Seconds Tune adds per trial slot-turn and per wave, from no-op trials: two runs of ``slots`` × 2
     and × 4 trials; the difference is two more turns of every slot."""
+    import logging
+
     from ray import tune
     from ray.tune import RunConfig, TuneConfig, Tuner
-
-    import logging
 
     # Trials that report nothing of note: Tune's analysis warns that it found no metrics files for them.
     logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
