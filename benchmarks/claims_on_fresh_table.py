@@ -27,8 +27,8 @@ def main() -> None:
     fresh = json.loads((REPO / "benchmarks/results/quickstart_fresh.json").read_text())
     with tempfile.TemporaryDirectory() as root:
         the_plan = plan(load_job(REPO / "jobs/sweeps/quickstart.yaml", [f"run.root={root}"]), check_data=False)
-    trials = {t["name"]: t for t in the_plan["trials"]}
-    rows = [{"setting": trials[name]["setting"], "seed": trials[name]["seed"], "perplexity": values[0],
+    trials = {t.name: t for t in the_plan.trials}
+    rows = [{"setting": trials[name].setting, "seed": trials[name].seed, "perplexity": values[0],
              "perplexity_before": None} for name, values in fresh["comparison"]["perplexity"].items()]
     design = Design.of(the_plan)
     claims = [c for c in evaluate(rows, design) if c.id in ("C1", "C2")]

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platform"))
 from slm.methods import load_model  # noqa: E402
 from slm.train.data import PackedArrays, materialize  # noqa: E402
 from slm.train.evaluate import sample_rows  # noqa: E402
+from slm.tune.plan import Plan  # noqa: E402
 
 
 @torch.no_grad()
@@ -58,19 +59,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    plan = json.loads((args.sweep / "plan.json").read_text())
+    plan = Plan.from_json(json.loads((args.sweep / "plan.json").read_text()))
     run_dir = args.sweep.parents[1]  # <run dir>/sweeps/<name>
     data = PackedArrays.open(materialize(run_dir / "packed" / "valid" / args.domain))
-    grid = [t for t in plan["trials"] if t["role"] == "grid" and t["domain"] == args.domain]
-    top, tokens = max(t["pretrain_steps"] for t in grid), min(t["domain_tokens"] for t in grid)
-    settings = args.settings or sorted({t["setting"] for t in grid if t["pretrain_steps"] == top
-                                        and t["domain_tokens"] == tokens and t["method"] in ("generic", "importance")})
+    grid = [t for t in plan.trials if t.role == "grid" and t.domain == args.domain]
+    top, tokens = max(t.pretrain_steps for t in grid), min(t.domain_tokens for t in grid)
+    settings = args.settings or sorted({t.setting for t in grid if t.pretrain_steps == top
+                                        and t.domain_tokens == tokens and t.method in ("generic", "importance")})
     sample, first = sample_rows(len(data), args.rows), np.arange(min(args.rows, len(data)))
     losses: dict[str, dict] = {}
     for setting in settings:
-        for t in (t for t in plan["trials"] if t["setting"] == setting):
-            model = args.sweep / "specialized" / args.domain / t["name"] / "model.safetensors"
-            losses[t["name"]] = {"setting": setting, "seed": t["seed"], "rows": row_losses(model, data)}
+        for t in (t for t in plan.trials if t.setting == setting):
+            model = args.sweep / "specialized" / args.domain / t.name / "model.safetensors"
+            losses[t.name] = {"setting": setting, "seed": t.seed, "rows": row_losses(model, data)}
     models = {name: {"setting": m["setting"], "seed": m["seed"],
                      "ppl_whole_split": math.exp(m["rows"].mean()), "ppl_sample": math.exp(m["rows"][sample].mean()),
                      "ppl_first_rows": math.exp(m["rows"][first].mean()),

@@ -21,7 +21,10 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-METHODS = ["generic", "importance", "mixture", "projected", "soup"]
+sys.path.insert(0, str(REPO / "platform"))
+from slm import methods as registry  # noqa: E402
+
+METHODS = registry.names()  # every registered method (its data packed by the quickstart job)
 SETTINGS = ["pretrain.model.depth=1", "pretrain.train.num_workers=0", "pretrain.train.torch_threads=1",
             "pretrain.train.precision=fp32", "pretrain.train.compile=never", "pretrain.train.batch_size=8",
             "pretrain.train.budget={steps: 20}", "pretrain.train.log_every=1", "pretrain.train.eval_every=10",
@@ -33,7 +36,7 @@ SETTINGS = ["pretrain.model.depth=1", "pretrain.train.num_workers=0", "pretrain.
 
 # One checkout's runs, in a process whose `slm` is that checkout's (PYTHONPATH, ahead of the installed one).
 RUN = """
-import hashlib, json, sys
+import hashlib, inspect, json, sys
 from pathlib import Path
 import torch
 import slm
@@ -67,8 +70,9 @@ for method in methods:
     cfg = load_job(job, [f"run.root={Path(run_dir).parent}", f"run.name={Path(run_dir).name}",
                           f"pretrain.method={method}", f"pretrain.name={name}", f"pretrain.output=golden/{label}",
                           f"specialize.output=golden/{label}/specialized", f"specialize.source={name}", *settings])
-    pre = pretrain(cfg, cfg.run.dir)
-    spec = specialize(cfg, cfg.run.dir)
+    # a commit from before issue 30 also took the run directory
+    pre, spec = (pretrain(cfg), specialize(cfg)) if len(inspect.signature(pretrain).parameters) == 1 else (
+        pretrain(cfg, cfg.run.dir), specialize(cfg, cfg.run.dir))
     folder = Path(pre["model"]).parent
     out[method] = {"pretrain": {"log": logged(folder), "eval": pre["eval"], "model": sha(pre["model"]),
                                 "snapshots": {s: sha(folder / "snapshots" / f"step-{s:08d}.safetensors")

@@ -83,7 +83,7 @@ def train_run(run: Path, name: str, steps: int, batch: int, extra: list[str]) ->
                           f"pretrain.train.budget.steps={steps}", "pretrain.train.log_every=10",
                           "pretrain.train.checkpoint_every=0", "pretrain.train.report_every=0",
                           "ray.include_dashboard=false", *extra])
-    summary = pretrain(cfg, run)
+    summary = pretrain(cfg)
     rows = [json.loads(line) for line in (run / "checkpoints" / name / "logs" / "metrics.jsonl").read_text().splitlines()]
     steady = [r for r in rows if r["step"] > 50 and "tokens_per_s" in r]  # after compile and warm-up
     return {

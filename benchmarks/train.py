@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import os
 import platform
@@ -104,7 +105,8 @@ def ray_loop(run_dir: Path, overrides: list[str], name: str) -> tuple[list[float
                           "pretrain.train.eval_tokens=8192", "ray.include_dashboard=false", *overrides])
     out = run_dir / "checkpoints" / name
     shutil.rmtree(out, ignore_errors=True)  # Ray Train's checkpoints with it: a fresh run
-    summary = pretrain(cfg, run_dir)
+    # a commit from before issue 30 also took the run directory
+    summary = pretrain(cfg) if len(inspect.signature(pretrain).parameters) == 1 else pretrain(cfg, run_dir)
     rows = [json.loads(line) for line in (out / "logs" / "metrics.jsonl").read_text().splitlines()]
     wall = [r["wall_time"] for r in rows]
     return list(np.diff(wall) / LOG_EVERY), summary, rows
@@ -264,12 +266,14 @@ def main() -> None:
     import ray
 
     from slm.job import load_job
+    from slm.layout import RunLayout
     from slm.models.config import ModelConfig
     from slm.models.gpt import GPTConfig
     from slm.runtime import cpu_model, native_bf16
     from slm.train import hardware
     from slm.train.config import TrainConfig
-    from slm.train.trainer import gpt_config, packed, vocab_size
+    from slm.train.data import packed_arrays
+    from slm.train.trainer import gpt_config
 
     parts = set(args.only.split(",")) if args.only else {"defaults", "warmup", "speedup", "overhead", "zero2"}
     source = Path(args.run_dir).expanduser().resolve()
@@ -279,9 +283,9 @@ def main() -> None:
         if (source / part).exists():
             (work / part).symlink_to(source / part)
     cfg = load_job(None, [f"run.root={work.parent}", f"run.name={work.name}"])
-    arrays = packed(work, cfg, "generic")
+    arrays = packed_arrays(RunLayout.of(cfg), "generic")
     seq_len = int(np.load(arrays / "tokens.npy", mmap_mode="r").shape[1]) - 1
-    gpt: GPTConfig = gpt_config(ModelConfig(depth=args.depth), vocab_size(work, cfg), seq_len)
+    gpt: GPTConfig = gpt_config(ModelConfig(depth=args.depth), RunLayout.of(cfg).vocab_size(), seq_len)
 
     defaults = TrainConfig()
     precision = hardware.worker_precision(defaults, "cpu", "pretrain.train.precision")

@@ -24,6 +24,44 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
+RAY_FIXTURES = ("ray_local",)  # a test that requests one of these (directly or through another) starts Ray
+
+
+def pytest_collection_modifyitems(config, items):
+    """The `ray` marker tells the truth: a test whose fixtures start Ray must carry it (checked here, at
+    collection), so that `-m "not ray"` runs no Ray. A test that starts Ray another way (the `slm`
+    command in a subprocess, `ray.init` in its body) is caught when it runs (``_no_ray_unless_marked``)."""
+    unmarked = [item.nodeid for item in items
+                if set(RAY_FIXTURES) & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("ray")]
+    if unmarked:
+        raise pytest.UsageError("these tests start Ray through their fixtures but are not marked "
+                                f"@pytest.mark.ray: {unmarked}")
+
+
+@pytest.fixture(autouse=True)
+def _no_ray_unless_marked(request):
+    """A test without the `ray` marker runs with Ray's temp dir (``RAY_TMPDIR``, inherited by every process
+    it starts) in a folder of its own; a Ray session found there afterwards fails the test, naming it."""
+    if request.node.get_closest_marker("ray"):
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="noray-")  # short: Ray's socket paths live under it
+    before = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = folder
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = before
+        started = sorted(p.name for p in Path(folder).glob("ray/session_*"))
+        shutil.rmtree(folder, ignore_errors=True)
+        if started:
+            pytest.fail(f"{request.node.nodeid} started Ray ({started[0]}) but is not marked @pytest.mark.ray",
+                        pytrace=False)
+
+
 def corpus_config(**changes):
     from slm.corpus.config import CorpusConfig
 
@@ -192,7 +230,7 @@ def train_run(embedded, mini_corpus_dir, ray_local, tmp_path_factory):
     cfg = load_job(None, [
         f"corpus.dir={mini_corpus_dir}", "corpus.domains=[legal, medical, code]", f"embed.output={embedded[0]}",
         f"run.root={root}", "run.name=run", "cluster.k=4", "cluster.fine_k=2", "cluster.sample_size=1500",
-        "resample.domain=legal", "resample.tokens=20000", "resample.methods=[crisp]",
+        "resample.domain=legal", "resample.tokens=20000",
         "tokenizer.vocab_size=512", "pack.seq_len=64"])
     for stage in ("cluster", "histogram", "resample", "tokenizer", "pack"):
         STAGES[stage](cfg, cfg.run.dir)

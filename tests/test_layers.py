@@ -11,24 +11,22 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "platform" / "slm"
 
-# Lowest first. A module's layer is that of its longest matching prefix, except that every package's
-# config schemas (``slm.<package>.config``) sit with the loader and the job root in the lowest layer:
-# anything may read a config, and loading one imports nothing heavy.
+# Lowest first. A module's layer is that of its longest matching prefix; a package's config schema
+# (``slm.<package>.config``) is in its package's layer, and the job root (``slm.job``), which gathers every
+# section, is at the top with the commands that load it. No exception.
 LAYERS = [
-    ["slm.config", "slm.job", "slm.artifacts", "slm.runtime", "slm.layout"],
+    ["slm.config", "slm.artifacts", "slm.runtime", "slm.layout"],
     ["slm.corpus"],
     ["slm.data"],
     ["slm.models"],
     ["slm.methods"],
     ["slm.train"],
     ["slm.tune"],
-    ["slm.pipeline", "slm.export", "slm.harness", "slm.cli", "slm.__main__"],
+    ["slm.job", "slm.pipeline", "slm.export", "slm.harness", "slm.cli", "slm.__main__"],
 ]
 
 
 def layer(module: str) -> int | None:
-    if module.count(".") == 2 and module.endswith(".config"):
-        return 0
     best = None
     for i, prefixes in enumerate(LAYERS):
         for prefix in prefixes:

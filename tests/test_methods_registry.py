@@ -14,6 +14,7 @@ from slm.job import load_job
 from slm.methods import registry
 from slm.models.config import ModelConfig
 from slm.models.gpt import preset
+from slm.pipeline import check_methods
 from slm.tune.sweep import plan
 from tests.conftest import REPO
 
@@ -54,15 +55,15 @@ def test_a_new_method_is_one_module(uniform_method, tmp_path):
     cfg = load_job(None, [f"run.root={tmp_path}", "sweep.methods=[generic, uniform]", "sweep.sizes=[d1]",
                           "sweep.domains=[legal, medical]", "sweep.pretrain_steps=[10]",
                           "sweep.domain_tokens=[1000]", "sweep.specialize_steps=[5]"])
-    methods.check_job(cfg)
+    check_methods(cfg)
     p = plan(cfg, check_data=False)
-    assert sorted(r["name"] for r in p["runs"]) == ["generic-d1", "uniform-legal-d1", "uniform-medical-d1"]
+    assert sorted(r.name for r in p.runs) == ["generic-d1", "uniform-legal-d1", "uniform-medical-d1"]
     assert methods.display("uniform") == ("uniform subset (SLM-is's control)", "tab:brown")
 
 
 def test_unknown_methods_fail_with_the_key():
     for override, key in (("pretrain.method=moe", "pretrain.method"), ("sweep.methods=[generic, moe]", "sweep.methods")):
         with pytest.raises(ConfigError, match=key):
-            methods.check_job(load_job(None, [override]))
+            check_methods(load_job(None, [override]))
     with pytest.raises(ConfigError, match="sweep.all_experts"):
-        methods.check_job(load_job(None, ["sweep.methods=[generic]", "sweep.all_experts=true"]))
+        check_methods(load_job(None, ["sweep.methods=[generic]", "sweep.all_experts=true"]))

@@ -131,7 +131,7 @@ def test_pretraining_survives_losing_a_node(train_run, cluster):
             train_run, f"pretrain.name={name}", "pretrain.train.num_workers=2", "pretrain.train.batch_size=8",
             "pretrain.train.budget.steps=120", "pretrain.train.checkpoint_every=40", "pretrain.train.log_every=1",
             "pretrain.train.report_every=0", "pretrain.train.max_failures=1", "ray.include_dashboard=false"))
-        return pretrain(cfg, cfg.run.dir), cfg.run.dir / "checkpoints" / name
+        return pretrain(cfg), cfg.run.dir / "checkpoints" / name
 
     _, reference = run("two-nodes-reference")
     folder = train_run.run.dir / "checkpoints" / "two-nodes-lost"

@@ -31,10 +31,12 @@ from slm.runtime import configure_output
 
 def _load(path, overrides) -> JobConfig:
     """The job spec with its overrides, its method names checked too, before anything runs."""
-    from slm.methods import check_job  # imports torch: here, so that `slm --help` and `slm corpus` stay quick
+    from slm.pipeline import (
+        check_methods,  # imports torch: here, so that `slm --help` and `slm corpus` stay quick
+    )
 
     cfg = load_job(path, overrides)
-    check_job(cfg)
+    check_methods(cfg)
     return cfg
 
 
@@ -126,19 +128,21 @@ def cmd_train(args) -> int:
 def cmd_sweep(args) -> int:
     """A sweep spec's sweep and report (or, with --dry-run, its plan and estimated cost)."""
     from slm.pipeline import run_job
-    from slm.tune.sweep import format_plan, plan
+    from slm.tune.plan import format_plan
+    from slm.tune.sweep import plan
 
     cfg = _load(args.job, list(args.overrides))
     if args.dry_run:
         p = plan(cfg, check_data=False)
         print(format_plan(p))
+        written = p.to_json()
         if args.probe:
             from slm.tune.estimate import format_estimate, probe_and_estimate
 
-            p["wall_estimate"] = probe_and_estimate(cfg, p)
-            print(format_estimate(p["wall_estimate"]))
+            written["wall_estimate"] = probe_and_estimate(cfg, p)  # beside the plan: Plan.from_json skips it
+            print(format_estimate(written["wall_estimate"]))
         if args.plan_out:
-            atomic_write_json(args.plan_out, p)
+            atomic_write_json(args.plan_out, written)
             print(f"plan written to {args.plan_out}")
         return 0
     run_job(_load(args.job, list(args.overrides) + ["stages=[sweep, report]"]))

@@ -2,7 +2,7 @@
 (``slm.<package>.config``), loaded by ``slm.config``.
 
 The sections are schemas only, light to import: loading a job never imports torch or Ray. Which methods
-exist is the method registry's to say (``slm.methods.check_job``, run by the CLI, ``slm run`` and the
+exist is the method registry's to say (``slm.pipeline.check_methods``, run by the CLI, ``slm run`` and the
 sweep's plan before anything runs).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slm.config import check_name, load
+from slm.config import load
 from slm.corpus.config import CorpusConfig
 from slm.data.config import (
     ClusterConfig,
@@ -22,24 +22,10 @@ from slm.data.config import (
     StatsConfig,
     TokenizerConfig,
 )
+from slm.layout import RunConfig
 from slm.runtime import RayConfig
 from slm.train.config import PretrainConfig, SpecializeConfig
 from slm.tune.config import SweepConfig
-
-
-@dataclass
-class RunConfig:
-    """Where one experiment's outputs live: ``<root>/<name>/``."""
-
-    name: str = "default"
-    root: str = "runs"
-
-    def validate(self, prefix: str = "") -> None:
-        check_name(self.name, f"{prefix}name")  # one folder under root: never a path out of it
-
-    @property
-    def dir(self) -> Path:
-        return Path(self.root).expanduser() / self.name
 
 
 @dataclass

@@ -8,10 +8,52 @@ names by hand. ``require`` is how a stage asks for an input another stage makes.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from slm.job import JobConfig
+from slm.config import check_name
+
+
+@dataclass
+class RunConfig:
+    """Where one experiment's outputs live: ``<root>/<name>/``."""
+
+    name: str = "default"
+    root: str = "runs"
+
+    def validate(self, prefix: str = "") -> None:
+        check_name(self.name, f"{prefix}name")  # one folder under root: never a path out of it
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.root).expanduser() / self.name
+
+
+class _Output(Protocol):
+    output: str  # a stage's folder in the run directory
+
+
+class _SweepOutput(Protocol):
+    output: str
+    name: str
+
+
+class LaidOut(Protocol):
+    """What the layout reads of a job: where the run is, and each stage's folder name (``slm.job.JobConfig``
+    has it; the layout, at the bottom of the package, names no section type above it)."""
+
+    run: RunConfig
+    stats: _Output
+    cluster: _Output
+    histogram: _Output
+    resample: _Output
+    tokenizer: _Output
+    pack: _Output
+    pretrain: _Output
+    specialize: _Output
+    sweep: _SweepOutput
 
 
 class MissingInputError(FileNotFoundError):
@@ -23,6 +65,17 @@ def require(path: Path, made_by: str) -> Path:
         raise MissingInputError(f"{path} does not exist: run the '{made_by}' stage first "
                                 f"(with the same run.root/run.name)")
     return path
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A pretraining run's model at one step, with what it cost so far (an entry of ``snapshots.json``)."""
+
+    model: str
+    step: int
+    tokens: int
+    flops: float
+    device_seconds: float
 
 
 @dataclass(frozen=True)
@@ -63,6 +116,12 @@ class TrainOutput:
     def snapshot(self, step: int) -> Path:
         return self.snapshots / f"step-{step:08d}.safetensors"
 
+    def read_snapshots(self) -> dict[int, Snapshot]:
+        """The run's snapshots by step (JSON keys them by the step's text; this is where that ends)."""
+        index = json.loads(require(self.snapshot_index, "pretrain").read_text())
+        return {int(step): Snapshot(e["model"], e["step"], e["tokens"], e["cost"]["flops"], e["cost"]["device_seconds"])
+                for step, e in index.items()}
+
     def ray_train(self) -> Path:
         """Ray Train's storage for the run (its checkpoints, the checkpoint manager's state)."""
         return self.dir / "ray_train"
@@ -85,10 +144,10 @@ class TrainOutput:
 @dataclass(frozen=True)
 class RunLayout:
     dir: Path
-    cfg: JobConfig
+    cfg: LaidOut
 
     @classmethod
-    def of(cls, cfg: JobConfig) -> RunLayout:
+    def of(cls, cfg: LaidOut) -> RunLayout:
         return cls(cfg.run.dir, cfg)
 
     # ---- the run's own records
@@ -147,6 +206,16 @@ class RunLayout:
     def tokenizer_json(self) -> Path:
         return self.tokenizer / "tokenizer.json"
 
+    def vocab_size(self) -> int:
+        """The run's BPE vocabulary (special tokens included): the models' embedding size."""
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(str(require(self.tokenizer_json, "tokenizer"))).get_vocab_size()
+
+    def cluster_info(self) -> dict:
+        """``clusters.json``: the clustering's k, sizes and titles."""
+        return json.loads(require(self.clusters_json, "cluster").read_text())
+
     def packed(self, name: str) -> Path:
         """A packed set: ``generic``, ``domain/<d>``, ``valid/<d>`` or ``resampled/<d>/<method>``."""
         return self.dir / self.cfg.pack.output / name
@@ -171,6 +240,11 @@ class RunLayout:
         ``tensorboard`` folder and its runs read ``pretrain/generic-d1-seed0``, ``specialize/legal/…``."""
         runs = {"pretrain": self.cfg.pretrain.output, "specialize": self.cfg.specialize.output}[stage]
         return (self.dir / runs).parent / "tensorboard" / stage / name
+
+    @property
+    def mlruns(self) -> Path:
+        """MLflow's default file store for the run's training runs (``tracking.mlflow_uri`` unset)."""
+        return self.dir / "mlruns"
 
     @property
     def sweep(self) -> Path:

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from slm import methods
 from slm.artifacts import atomic_write_json, atomic_write_text, run_lock, write_manifest
 from slm.config import ConfigError, config_hash, dump_yaml
 from slm.corpus.config import BUNDLED_DOMAINS
@@ -110,6 +109,13 @@ def stage_histogram(cfg: JobConfig, run_dir: Path) -> dict:
     return {d: {"entropy": h["entropy"], "kl_to_generic": h["kl_to_generic"]} for d, h in result["domains"].items()}
 
 
+def subset_methods(cfg: JobConfig) -> list[str]:
+    """``resample.methods``, or every registered subset method (``slm.data.resample.SUBSETS``)."""
+    from slm.data.resample import SUBSETS
+
+    return list(cfg.resample.methods) or list(SUBSETS)
+
+
 def stage_resample(cfg: JobConfig, run_dir: Path) -> dict:
     """Generic subsets aimed at each of ``resample.domains`` (``resample.domain``), one per method, with
     their KL to the domain."""
@@ -120,7 +126,7 @@ def stage_resample(cfg: JobConfig, run_dir: Path) -> dict:
     histograms = json.loads(require(layout.histograms_json, "histogram").read_text())
     out = {}
     for domain in cfg.resample.all_domains:
-        for method in cfg.resample.methods:
+        for method in subset_methods(cfg):
             m = resample(layout.clusters, histograms, domain, cfg.resample.tokens, method,
                          layout.resampled(domain, method), cfg.resample.seed,
                          corpus_dir=cfg.corpus.dir, embed=cfg.embed, dsir_min_words=cfg.resample.dsir_min_words)
@@ -155,7 +161,7 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
         if "domain" in cfg.pack.sets:
             jobs.append((f"domain/{domain}", assignments, domain))
         if "resampled" in cfg.pack.sets:
-            for method in cfg.resample.methods:
+            for method in subset_methods(cfg):
                 data = require(layout.resampled(domain, method) / "data", "resample")
                 jobs.append((f"resampled/{domain}/{method}", data, None))
     if "valid" in cfg.pack.sets:
@@ -178,14 +184,14 @@ def stage_pretrain(cfg: JobConfig, run_dir: Path) -> dict:
     """Pretrain ``pretrain.method`` at ``pretrain.model``'s size within ``pretrain.train.budget`` on Ray Train."""
     from slm.train.trainer import pretrain
 
-    return pretrain(cfg, run_dir)  # the manifest: costs, evaluation, where the model is
+    return pretrain(cfg)  # the manifest: costs, evaluation, where the model is
 
 
 def stage_specialize(cfg: JobConfig, run_dir: Path) -> dict:
     """Instantiate a pretrained model for a domain, fine-tune it on ``specialize.domain_tokens``, evaluate."""
     from slm.train.trainer import specialize
 
-    return specialize(cfg, run_dir)
+    return specialize(cfg)
 
 
 def stage_sweep(cfg: JobConfig, run_dir: Path) -> dict:
@@ -219,6 +225,20 @@ STAGES: dict[str, Stage] = {
     "sweep": stage_sweep,
     "report": stage_report,
 }
+
+
+def check_methods(cfg: JobConfig) -> None:
+    """The job's method names against the registry, and the sweep's rules (``slm.tune.plan.check_spec``),
+    before anything runs: the config loader checks keys and types; which methods exist is the registry's
+    to say."""
+    from slm import methods
+    from slm.data.resample import subset_method
+    from slm.tune.plan import check_spec
+
+    methods.get(cfg.pretrain.method, "pretrain.method")
+    for name in cfg.resample.methods:
+        subset_method(name, "resample.methods")
+    check_spec(cfg.sweep)
 
 
 def check_stages(cfg: JobConfig) -> None:
@@ -292,7 +312,7 @@ def stage_summary(result: dict) -> str:
 def run_job(cfg: JobConfig) -> dict[str, dict]:
     """Run every stage of ``cfg`` in order, holding the run directory's lock; return each stage's summary."""
     check_stages(cfg)
-    methods.check_job(cfg)
+    check_methods(cfg)
     with run_lock(cfg.run.dir, command=" ".join(sys.argv) or f"stages {cfg.stages}"):
         return _run_stages(cfg)
 

@@ -15,7 +15,7 @@ import pytest
 from slm.data.cluster import Assigner, cluster
 from slm.data.config import ClusterConfig
 from slm.data.histogram import domain_histograms
-from slm.data.resample import resample
+from slm.data.resample import SUBSETS, resample
 from tests.conftest import embed_config_for_tests
 
 pytestmark = pytest.mark.ray
@@ -94,7 +94,7 @@ def resampled(clusters, mini_corpus_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("resampled")
     return {(d, m): resample(out, h, d, 30000, m, root / d / m, corpus_dir=mini_corpus_dir,
                              embed=embed_config_for_tests())
-            for d in ("legal", "medical") for m in ("crisp", "uniform", "dsir")}, root
+            for d in ("legal", "medical") for m in SUBSETS}, root
 
 
 def test_crisp_matches_the_domain_histogram_far_better_than_uniform(resampled):
@@ -102,7 +102,7 @@ def test_crisp_matches_the_domain_histogram_far_better_than_uniform(resampled):
     for domain in ("legal", "medical"):
         crisp, uniform = results[(domain, "crisp")], results[(domain, "uniform")]
         assert crisp["kl_resampled_to_domain"] < 0.5 * uniform["kl_resampled_to_domain"], domain
-        for m in ("crisp", "uniform", "dsir"):  # the budget is met within Poisson noise / one window
+        for m in SUBSETS:  # every registered subset meets the budget within Poisson noise / one window
             assert 0.6 * 30000 < results[(domain, m)]["tokens_drawn"] < 1.6 * 30000, (domain, m)
 
 
@@ -167,7 +167,7 @@ def test_resampling_is_deterministic(resampled, clusters, tmp_path):
 def test_bad_resample_requests(clusters):
     out, _ = clusters
     h = domain_histograms(out, 0.5)
-    with pytest.raises(ValueError, match="method must be one of"):
+    with pytest.raises(ValueError, match="'resample.methods': unknown resample method 'random'"):
         resample(out, h, "legal", 1000, "random", Path("/nonexistent"))
     with pytest.raises(ValueError, match="no histogram for domain 'poetry'"):
         resample(out, h, "poetry", 1000, "crisp", Path("/nonexistent"))

@@ -166,3 +166,24 @@ def test_slm_eval_puts_the_harness_numbers_into_a_sweeps_table(run_with_model, c
     assert all(r["lm_eval_bits_per_byte"] > 0 for r in table)
     assert table[0]["lm_eval_bits_per_byte"] == table[1]["lm_eval_bits_per_byte"]  # the same weights
     assert aggregate(table)[0]["perplexity"] == 100.5
+
+
+def test_the_exported_tokenizer_takes_its_separator_from_the_file(tmp_path):
+    """The document separator is the tokenizer file's special token at id 0 (what the data stages' BPE
+    gets, ``slm.data.bpe.EOT``); a BPE without one is refused, naming the file."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from slm.data.bpe import EOT
+    from slm.models.hf import hf_tokenizer
+
+    texts = ["the court held that the statute applies", "the patient was given a dose"] * 50
+    for name, specials in (("ours", [EOT]), ("plain", [])):
+        bpe = Tokenizer(models.BPE())
+        bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=specials, show_progress=False,
+                                                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        bpe.save(str(tmp_path / f"{name}.json"))
+    tok = hf_tokenizer(tmp_path / "ours.json", 64)
+    assert (tok.eos_token, tok.eos_token_id, tok.bos_token_id, tok.pad_token_id) == (EOT, 0, 0, 0)
+    with pytest.raises(ValueError, match=r"plain\.json has no special token at id 0"):
+        hf_tokenizer(tmp_path / "plain.json", 64)

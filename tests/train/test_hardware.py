@@ -23,7 +23,7 @@ from slm.train.config import TrainConfig
 from slm.train.trainer import pretrain
 from tests.conftest import REPO, logged_rows, train_overrides
 
-METHODS = ["generic", "importance", "mixture", "projected", "soup"]
+METHODS = methods.names()  # every registered method: a new one is tested without editing a list
 CPU_BF16 = native_bf16("cpu")
 
 
@@ -168,7 +168,7 @@ def test_compiled_training_learns_for_every_method(train_run, method):
     cfg = job(train_run, "pretrain.train.num_workers=0", f"pretrain.method={method}", f"pretrain.name=compiled-{method}",
               "pretrain.train.compile=always", "pretrain.train.budget.steps=40", "pretrain.train.log_every=5",
               "pretrain.model.bank_size=4")
-    m = pretrain(cfg, cfg.run.dir)
+    m = pretrain(cfg)
     rows = logged_rows(cfg.run.dir / "checkpoints" / f"compiled-{method}")
     assert m["compiled"] and m["compile_reason"] == "train.compile=always"
     assert m["precision"] == ("bf16" if CPU_BF16 else "fp32") and m["param_device"] == "cpu"
@@ -182,7 +182,7 @@ def test_compiled_training_learns_for_every_method(train_run, method):
 def test_bf16_on_a_cpu_without_it_fails_before_anything_runs(train_run):
     cfg = job(train_run, "pretrain.train.precision=bf16", "pretrain.name=bf16-here")
     with pytest.raises(ConfigError, match=r"'pretrain\.train\.precision'.*no native bfloat16"):
-        pretrain(cfg, cfg.run.dir)
+        pretrain(cfg)
     assert not (cfg.run.dir / "checkpoints" / "bf16-here").exists()
 
 

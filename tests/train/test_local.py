@@ -20,17 +20,19 @@ from slm.runtime import native_bf16
 from slm.train.trainer import pretrain
 from tests.conftest import REPO, logged_rows, train_overrides
 
+pytestmark = pytest.mark.ray  # the training data come from the data stages on a local Ray (train_run)
+
 LOCAL = ["pretrain.train.num_workers=0", "pretrain.train.torch_threads=1", "pretrain.train.budget.steps=400",
          "pretrain.train.checkpoint_every=25", "pretrain.train.log_every=1", "pretrain.train.batch_size=16",
          "pretrain.train.compile=always"]
 RUN = "import sys; from slm.job import load_job; from slm.train.trainer import pretrain; " \
-      "cfg = load_job(None, sys.argv[1:]); pretrain(cfg, cfg.run.dir)"
+      "cfg = load_job(None, sys.argv[1:]); pretrain(cfg)"
 
 
 @pytest.mark.slow  # ~40 s; the Ray Train kill and the truncated-checkpoint fallback stay in the default suite
 def test_a_local_run_killed_resumes_from_its_own_checkpoint(train_run):
     reference = load_job(None, train_overrides(train_run, *LOCAL, "pretrain.name=local-reference"))
-    pretrain(reference, reference.run.dir)
+    pretrain(reference)
     overrides = train_overrides(train_run, *LOCAL, "pretrain.name=local-killed")
     out = train_run.run.dir / "checkpoints" / "local-killed"
     proc = subprocess.Popen([sys.executable, "-c", RUN, *overrides], cwd=REPO, stdout=subprocess.PIPE,
@@ -52,7 +54,7 @@ def test_a_local_run_killed_resumes_from_its_own_checkpoint(train_run):
     resumed_from = int(kept[-1].removeprefix("step-"))
 
     cfg = load_job(None, overrides)  # the same command again, in this process
-    m = pretrain(cfg, cfg.run.dir)
+    m = pretrain(cfg)
     assert m["steps"] == 400 and m["compiled"] and m["precision"] == ("bf16" if native_bf16("cpu") else "fp32")
     steps = [r["step"] for r in logged_rows(out)]
     # went back to its newest checkpoint, and its log has each step once (the killed run's rows after the
@@ -77,7 +79,7 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_whole_one(trai
                                 "pretrain.train.checkpoint_every=10", "pretrain.train.log_every=10",
                                 "pretrain.name=truncated")
     cfg = load_job(None, overrides)
-    first = pretrain(cfg, cfg.run.dir)
+    first = pretrain(cfg)
     out = cfg.run.dir / "checkpoints" / "truncated"
     (folder,) = (out / "local_train").iterdir()
     assert sorted(p.name for p in folder.iterdir()) == ["step-00000030", "step-00000040"]
@@ -87,7 +89,7 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_previous_whole_one(trai
     (out / "manifest.json").unlink()  # the run is not finished: it must resume
     weights = load_file(out / "model.safetensors")
     capsys.readouterr()
-    again = pretrain(cfg, cfg.run.dir)
+    again = pretrain(cfg)
     said = capsys.readouterr().out
     assert "resuming from step-00000030" in said and "step-00000040: trainer.pt is" in said, said
     assert "resumed at step 30" in said and again["steps"] == 40

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from slm import methods
 from slm.config import ConfigError
 from slm.job import load_job
-from slm.methods import check_job
+from slm.pipeline import check_methods
 from slm.train.budget import Progress, exhausted
 from slm.train.config import BudgetConfig
 from slm.train.objectives import KDSchedule, kd_loss, learnable_difficulty
@@ -36,14 +37,14 @@ def metrics(folder):
 def pretrained(train_run):
     """Each method pretrained for 60 steps on the same data and seed."""
     out = {}
-    for method in ("generic", "importance", "mixture", "projected", "soup"):
+    for method in methods.names():
         cfg = job(train_run, f"pretrain.method={method}", "pretrain.train.budget.steps=60",
                   "pretrain.train.log_every=5", "pretrain.train.batch_size=8", "pretrain.model.bank_size=4")
-        out[method] = pretrain(cfg, cfg.run.dir)
+        out[method] = pretrain(cfg)
     return out
 
 
-@pytest.mark.parametrize("method", ["generic", "importance", "mixture", "projected", "soup"])
+@pytest.mark.parametrize("method", methods.names())  # every registered method: a new one is tested too
 def test_each_method_learns(pretrained, train_run, method):
     m = pretrained[method]
     rows = metrics(train_run.run.dir / "checkpoints" / f"{method}-tiny")
@@ -68,11 +69,11 @@ def test_method_specific_costs_and_shapes(pretrained):
     assert len({m["inference_flops_per_token"] for m in pretrained.values()}) == 1
 
 
-@pytest.mark.parametrize("method", ["generic", "mixture", "projected", "soup"])
+@pytest.mark.parametrize("method", methods.names())
 def test_specialize_instantiates_and_fine_tunes(pretrained, train_run, method):
     cfg = job(train_run, f"specialize.source={method}-tiny", "specialize.domain_tokens=6400",
               "specialize.train.budget.steps=15", "specialize.train.log_every=5")
-    m = specialize(cfg, cfg.run.dir)
+    m = specialize(cfg)
     assert m["domain"] == "legal" and m["source_method"] == method and m["domain_sequences"] == 100
     if method in ("mixture", "projected"):
         h = json.loads((train_run.run.dir / "histograms" / "histograms.json").read_text())["domains"]["legal"]["p"]
@@ -90,17 +91,17 @@ def test_budgets_stop_at_the_first_limit(train_run):
     # tokens: 8 sequences × 64 tokens per step → 1000 tokens stop after step 2 (1024 ≥ 1000)
     cfg = job(train_run, "pretrain.name=budget-tokens", "pretrain.train.budget.steps=0",
               "pretrain.train.budget.tokens=1000")
-    m = pretrain(cfg, cfg.run.dir)
+    m = pretrain(cfg)
     assert (m["steps"], m["tokens"], m["stopped_by"]) == (2, 1024, "tokens")
     # flops: three steps' worth
     per_step = m["cost"]["flops"] / 2
     cfg = job(train_run, "pretrain.name=budget-flops", "pretrain.train.budget.steps=100",
               f"pretrain.train.budget.flops={3 * per_step}")
-    m = pretrain(cfg, cfg.run.dir)
+    m = pretrain(cfg)
     assert (m["steps"], m["stopped_by"]) == (3, "flops")
     cfg = job(train_run, "pretrain.name=budget-time", "pretrain.train.budget.steps=0",
               "pretrain.train.budget.device_seconds=1.5")
-    m = pretrain(cfg, cfg.run.dir)
+    m = pretrain(cfg)
     assert m["stopped_by"] == "device_seconds" and m["cost"]["device_seconds"] >= 1.5 and m["steps"] > 1
     assert exhausted(BudgetConfig(steps=5, tokens=10), Progress(step=4, tokens=10)) == "tokens"
     assert exhausted(BudgetConfig(steps=5), Progress(step=4)) is None
@@ -112,7 +113,7 @@ def test_snapshots_and_a_deleted_output_starts_afresh(train_run):
     cfg = job(train_run, "pretrain.name=snap", "pretrain.train.budget.steps=6", "pretrain.snapshot_steps=[3, 6]",
               "pretrain.train.checkpoint_every=3", "pretrain.train.log_every=1", "pretrain.train.num_workers=0")
     out = cfg.run.dir / "checkpoints" / "snap"
-    first = pretrain(cfg, cfg.run.dir)
+    first = pretrain(cfg)
     index = json.loads((out / "snapshots" / "snapshots.json").read_text())
     assert sorted(index) == ["3", "6"] and index["3"]["cost"]["flops"] == pytest.approx(first["cost"]["flops"] / 2)
     # the checkpoints live with the run they belong to (a run in this process keeps its own)
@@ -120,7 +121,7 @@ def test_snapshots_and_a_deleted_output_starts_afresh(train_run):
     # Deleting the output deletes its checkpoints: the rerun trains all 6 steps again and rewrites the
     # snapshots, instead of resuming a finished run from state kept elsewhere and leaving none.
     shutil.rmtree(out)
-    again = pretrain(cfg, cfg.run.dir)
+    again = pretrain(cfg)
     assert again["steps"] == 6 and [r["step"] for r in metrics(out)] == [1, 2, 3, 4, 5, 6]
     assert sorted(p.name for p in (out / "snapshots").glob("*.safetensors")) == [
         "step-00000003.safetensors", "step-00000006.safetensors"]
@@ -153,7 +154,7 @@ def test_salt_run_kd_then_ce_with_selection(pretrained, train_run):
     cfg = job(train_run, "pretrain.name=salt", "pretrain.model.depth=2", "pretrain.train.budget.steps=12",
               "pretrain.train.log_every=1", f"pretrain.teacher.checkpoint={teacher}", "pretrain.teacher.kd_steps=6",
               "pretrain.selection.enabled=true", "pretrain.selection.keep=0.25")
-    m = pretrain(cfg, cfg.run.dir)
+    m = pretrain(cfg)
     rows = metrics(train_run.run.dir / "checkpoints" / "salt")
     assert all("kd" in r and r["omega"] == pytest.approx(0.667) for r in rows if r["step"] <= 6)
     assert not any("kd" in r for r in rows if r["step"] > 6)
@@ -161,7 +162,7 @@ def test_salt_run_kd_then_ce_with_selection(pretrained, train_run):
     # the teacher's scoring pass and its forward in the KD steps are charged to the run
     student_only = job(train_run, "pretrain.name=salt-baseline", "pretrain.model.depth=2",
                        "pretrain.train.budget.steps=12")
-    assert m["cost"]["flops"] > pretrain(student_only, student_only.run.dir)["cost"]["flops"]
+    assert m["cost"]["flops"] > pretrain(student_only)["cost"]["flops"]
 
 
 def test_distill_and_lora_specialization(pretrained, train_run):
@@ -169,7 +170,7 @@ def test_distill_and_lora_specialization(pretrained, train_run):
     cfg = job(train_run, "specialize.source=generic-tiny", "specialize.name=distilled",
               f"specialize.teacher.checkpoint={teacher}", "specialize.domain_tokens=3200",
               "specialize.train.budget.steps=8", "specialize.train.log_every=1")
-    m = specialize(cfg, cfg.run.dir)
+    m = specialize(cfg)
     rows = metrics(train_run.run.dir / "specialized" / "legal" / "distilled")
     assert all("kd" in r and r["omega"] == 0.5 for r in rows)
     assert m["teacher_cost"] == pretrained["importance"]["cost"]
@@ -178,7 +179,7 @@ def test_distill_and_lora_specialization(pretrained, train_run):
               # 30 steps at 3e-3 moved the valid loss by -0.0009 to 0.014 across runs (the fixture's base
               # model varies); 60 at 1e-2: 0.024
               "specialize.train.optim.lr=1e-2")
-    m = specialize(cfg, cfg.run.dir)
+    m = specialize(cfg)
     from slm.models.gpt import load_dense
 
     merged, base = load_dense(m["model"]), load_dense(train_run.run.dir / "checkpoints" / "generic-tiny" / "model.safetensors")
@@ -196,12 +197,12 @@ def test_bad_training_configs_fail_clearly(pretrained, train_run):
         job(train_run, "pretrain.train.budgets.steps=3")
     with pytest.raises(TrainingInputError, match="specialize.domain_tokens"):
         cfg = job(train_run, "specialize.source=generic-tiny", "specialize.domain_tokens=100000000")
-        specialize(cfg, cfg.run.dir)
+        specialize(cfg)
     with pytest.raises(TrainingInputError, match="specialize.source"):
         cfg = job(train_run, "specialize.source=nothing-here")
-        specialize(cfg, cfg.run.dir)
+        specialize(cfg)
     with pytest.raises(TrainingInputError, match="selection"):
         cfg = job(train_run, "pretrain.selection.enabled=true")
-        pretrain(cfg, cfg.run.dir)
+        pretrain(cfg)
     with pytest.raises(ConfigError, match="pretrain.method"):
-        check_job(job(train_run, "pretrain.method=moe"))
+        check_methods(job(train_run, "pretrain.method=moe"))

@@ -34,7 +34,7 @@ def logged_steps(folder) -> list[int]:
 def uninterrupted(train_run):
     cfg = load_job(None, train_overrides(train_run, *TWO_WORKERS, "pretrain.name=ddp-reference",
                                          "pretrain.train.budget.steps=200", "pretrain.train.checkpoint_every=50"))
-    return pretrain(cfg, cfg.run.dir), cfg.run.dir / "checkpoints" / "ddp-reference"
+    return pretrain(cfg), cfg.run.dir / "checkpoints" / "ddp-reference"
 
 
 def test_worker_sigkill_resumes_from_the_last_checkpoint(train_run, uninterrupted, capsys):
@@ -43,7 +43,7 @@ def test_worker_sigkill_resumes_from_the_last_checkpoint(train_run, uninterrupte
                                          "pretrain.train.max_failures=1"))
     out = cfg.run.dir / "checkpoints" / "ddp-killed"
     with WorkerKiller(out, after_step=60) as killer:
-        m = pretrain(cfg, cfg.run.dir)
+        m = pretrain(cfg)
     assert killer.killed, "no training worker was killed"
     steps = logged_steps(out)
     assert m["steps"] == 200 and steps[-1] == 200
@@ -67,7 +67,7 @@ def test_worker_sigkill_resumes_from_the_last_checkpoint(train_run, uninterrupte
     (out / "manifest.json").unlink()
     capsys.readouterr()
     started = time.time()
-    again = pretrain(cfg, cfg.run.dir)
+    again = pretrain(cfg)
     said = capsys.readouterr().out
     assert f"names checkpoints that are gone ({newest.name})" in said, said
     rows = rows_by_step(out)  # steps up to 150 logged before this rerun, 151-200 by it: resumed at 150
@@ -82,7 +82,7 @@ def test_deepspeed_zero2_checkpoints_every_rank_and_resumes(train_run, uninterru
     args = [*TWO_WORKERS, "pretrain.name=zero2", "pretrain.train.strategy=deepspeed", "pretrain.train.zero_stage=2",
             "pretrain.train.budget.steps=20", "pretrain.train.checkpoint_every=10"]
     cfg = load_job(None, train_overrides(train_run, *args))
-    m = pretrain(cfg, cfg.run.dir)
+    m = pretrain(cfg)
     out = cfg.run.dir / "checkpoints" / "zero2"
     assert m["steps"] == 20 and m["strategy"] == "deepspeed"
     (ray_dir,) = (out / "ray_train").glob("zero2-*")
@@ -97,7 +97,7 @@ def test_deepspeed_zero2_checkpoints_every_rank_and_resumes(train_run, uninterru
     # has nothing left to train
     before = load_file(out / "model.safetensors")
     (out / "manifest.json").unlink()
-    again = pretrain(cfg, cfg.run.dir)
+    again = pretrain(cfg)
     assert again["steps"] == 20 and logged_steps(out)[-1] == 20
     after = load_file(out / "model.safetensors")
     assert all(bool((before[k] == after[k]).all()) for k in before)

@@ -14,6 +14,8 @@ from slm.job import load_job
 from slm.train.trainer import pretrain
 from tests.conftest import logged_rows, train_overrides
 
+pytestmark = pytest.mark.ray  # the training data come from the data stages on a local Ray (train_run)
+
 STEPS = ["pretrain.train.num_workers=0", "pretrain.train.budget.steps=20", "pretrain.train.log_every=5",
          "pretrain.train.eval_every=10", "pretrain.train.checkpoint_every=0", "pretrain.name=watched"]
 
@@ -26,7 +28,7 @@ def watched(train_run, tmp_path_factory):
                                          "pretrain.train.tracking.experiment=slm-tests"))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        manifest = pretrain(cfg, cfg.run.dir)
+        manifest = pretrain(cfg)
     return cfg, manifest, out.getvalue()
 
 
@@ -80,5 +82,5 @@ def test_wandb_writes_an_offline_run(watched):
 def test_loggers_are_not_part_of_the_run(watched, capsys):
     cfg, manifest, _ = watched
     again = load_job(None, train_overrides(cfg, *STEPS, "pretrain.train.loggers=[]"))
-    assert pretrain(again, again.run.dir)["config_hash"] == manifest["config_hash"]
+    assert pretrain(again)["config_hash"] == manifest["config_hash"]
     assert "complete and current" in capsys.readouterr().out

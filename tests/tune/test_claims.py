@@ -92,31 +92,31 @@ def table(plan_: dict, world=holding, spread: float = 0.2, seed: int = 0, drop=(
     by = {p.setting: p for p in design.settings}
     shared: dict[tuple, float] = {}
     rows = []
-    for t in plan_["trials"]:
-        if t["name"] in drop:
+    for t in plan_.trials:
+        if t.name in drop:
             continue
-        p = by[t["setting"]]
+        p = by[t.setting]
         after, before = world(p)
-        common = shared.setdefault((p.domain, p.domain_tokens, p.specialize_steps, t["seed"]), rng.normal())
+        common = shared.setdefault((p.domain, p.domain_tokens, p.specialize_steps, t.seed), rng.normal())
         noise_after = spread * (math.sqrt(paired_share) * common + math.sqrt(1 - paired_share) * rng.normal())
         noise_before = spread * rng.normal()
         generic, per_domain = cost(p)
-        rows.append({**dict.fromkeys(MEANS, 0.0), "method": t["method"], "size": t["size"], "expert": t["expert"],
-                     "params": PARAMS[t["size"]], "inference_flops_per_token": 2 * PARAMS[t["size"]],
-                     "pretrain_steps": t["pretrain_steps"], "domain": t["domain"], "domain_tokens": t["domain_tokens"],
-                     "specialize_steps": t["specialize_steps"], "perplexity": after + noise_after,
+        rows.append({**dict.fromkeys(MEANS, 0.0), "method": t.method, "size": t.size, "expert": t.expert,
+                     "params": PARAMS[t.size], "inference_flops_per_token": 2 * PARAMS[t.size],
+                     "pretrain_steps": t.pretrain_steps, "domain": t.domain, "domain_tokens": t.domain_tokens,
+                     "specialize_steps": t.specialize_steps, "perplexity": after + noise_after,
                      "perplexity_before": before + noise_before, "accuracy": 0.1, "generic_flops": generic,
-                     "per_domain_flops": per_domain, "setting": t["setting"], "seed": t["seed"], "trial": t["name"]})
+                     "per_domain_flops": per_domain, "setting": t.setting, "seed": t.seed, "trial": t.name})
     return rows
 
 
 def salt_curves(plan_: dict, salt_losses: dict[int, list[float]], base=None, every: int = 25) -> list[dict]:
     base = base or [5.0, 4.6, 4.4, 4.3, 4.2, 4.15, 4.1, 4.05, 4.02, 4.0]  # final loss 4.0 at step 250
     out = []
-    for r in plan_["runs"]:
-        if r["role"] in ("large", "salt"):
-            losses = base if r["role"] == "large" else salt_losses[r["seed"]]
-            out += [{"run": r["name"], "role": r["role"], "seed": r["seed"], "step": every * (i + 1), "loss": x}
+    for r in plan_.runs:
+        if r.role in ("large", "salt"):
+            losses = base if r.role == "large" else salt_losses[r.seed]
+            out += [{"run": r.name, "role": r.role, "seed": r.seed, "step": every * (i + 1), "loss": x}
                     for i, x in enumerate(losses)]
     return out
 
@@ -157,16 +157,16 @@ def test_claims_hold_in_a_world_built_to_satisfy_them(the_plan, tmp_path):
 def test_a_missing_planned_row_makes_the_claim_inconclusive_and_names_it(the_plan):
     """Found: with the smallest budget's mix/PN rows missing, C2 held on 8 of 16; with SLM-is missing for
     one domain, C1 held on the rows that remained."""
-    smallest = [t["name"] for t in the_plan["trials"] if t["role"] == "grid" and t["pretrain_steps"] == 100
-                and t["method"] in ("mixture", "projected")]
+    smallest = [t.name for t in the_plan.trials if t.role == "grid" and t.pretrain_steps == 100
+                and t.method in ("mixture", "projected")]
     c2 = claims_of(the_plan, table(the_plan, drop=smallest))["C2"]
     assert c2.verdict == "inconclusive"
     gaps = [c for c in c2.comparisons if c.test == "missing"]
     assert len(gaps) == 8 and "mixture-d1-legal-p100-t1000-s10-seed0" in gaps[0].note
-    no_slm_is = [t["name"] for t in the_plan["trials"] if t["method"] == "importance" and t["domain"] == "medical"]
+    no_slm_is = [t.name for t in the_plan.trials if t.method == "importance" and t.domain == "medical"]
     c1 = claims_of(the_plan, table(the_plan, drop=no_slm_is))["C1"]
     assert c1.verdict == "inconclusive" and c1.groups == {"legal": "holds", "medical": "inconclusive"}
-    one_seed = [t["name"] for t in the_plan["trials"] if t["name"] == "importance-legal-d1-p500-t1000-s10-seed2"]
+    one_seed = [t.name for t in the_plan.trials if t.name == "importance-legal-d1-p500-t1000-s10-seed2"]
     assert claims_of(the_plan, table(the_plan, drop=one_seed))["C1"].verdict == "inconclusive"
 
 

@@ -28,15 +28,15 @@ def test_the_replay_adds_what_each_run_and_trial_does(tmp_path):
              "specialize:d2": Rate(step_s=0.5, eval_tokens_per_s=2000.0, setup_s=1.0, save_s=0.25)}
     tune = {"per_trial_s": 3.0, "per_wave_s": 10.0}
     e = estimate(cfg, p, rates, tune, slots=1)
-    (run,) = p["runs"]
+    (run,) = p.runs
     evals = 2 * cfg.pretrain.train.eval_tokens * len(e["valid_tokens"])  # before and at the end, none packed
-    saves = len(run["snapshots"]) + 1
-    assert e["pretrain_s"] == pytest.approx(2.0 + run["steps"] * 1.0 + evals / 1000.0 + saves * 0.5)
-    trial = 3.0 + 1.0 + p["trials"][0]["specialize_steps"] * 0.5 + 2 * cfg.specialize.train.eval_tokens / 2000.0 + 0.25
-    assert e["trials_s"] == pytest.approx(10.0 + trial * len(p["trials"]))
+    saves = len(run.snapshots) + 1
+    assert e["pretrain_s"] == pytest.approx(2.0 + run.steps * 1.0 + evals / 1000.0 + saves * 0.5)
+    trial = 3.0 + 1.0 + p.trials[0].specialize_steps * 0.5 + 2 * cfg.specialize.train.eval_tokens / 2000.0 + 0.25
+    assert e["trials_s"] == pytest.approx(10.0 + trial * len(p.trials))
     assert e["total_s"] == pytest.approx(e["pretrain_s"] + e["trials_s"])
     # Two slots: the trials (all alike) take half the turns.
-    assert estimate(cfg, p, rates, tune, slots=2)["trials_s"] == pytest.approx(10.0 + trial * len(p["trials"]) / 2)
+    assert estimate(cfg, p, rates, tune, slots=2)["trials_s"] == pytest.approx(10.0 + trial * len(p.trials) / 2)
 
 
 @pytest.mark.slow  # ~3 minutes on 2 cores: the real loop per item in two processes, and Tune's no-op trials

@@ -22,12 +22,14 @@ from slm.config import ConfigError, dump_yaml
 from slm.job import load_job
 from slm.layout import RunLayout
 from slm.tune.advise import advise, format_advice
+from slm.tune.plan import PretrainRun, Trial
 from slm.tune.report import markdown, near_front, pareto
 from slm.tune.results import MEANS, aggregate
 from slm.tune.sweep import SweepSpecError, plan
 from tests.conftest import REPO, train_overrides
 
 
+@pytest.mark.ray
 def test_bad_sweep_specs_fail_before_any_trial(train_run):
     def spec(*extra):
         return load_job(None, train_overrides(train_run, "sweep.sizes=[tiny]", *extra))
@@ -47,20 +49,21 @@ def test_bad_sweep_specs_fail_before_any_trial(train_run):
     p = plan(spec("sweep.methods=[generic, importance]", "sweep.pretrain_steps=[10, 20]",
                   "sweep.domain_tokens=[1000, 2000]", "sweep.specialize_steps=[5]"))
     # pretraining is paid once per (method, size); SLM-is once per domain too; 2 × 2 trials each
-    assert [r["name"] for r in p["runs"]] == ["generic-tiny", "importance-legal-tiny"]
-    assert all(r["steps"] == 20 and r["snapshots"] == [10, 20] for r in p["runs"])
-    assert len(p["trials"]) == 8 and p["estimate"]["total_flops"] > 0
+    assert [r.name for r in p.runs] == ["generic-tiny", "importance-legal-tiny"]
+    assert all(r.steps == 20 and r.snapshots == (10, 20) for r in p.runs)
+    assert len(p.trials) == 8 and p.estimate.total_flops > 0
     # the seed axis repeats every run and trial per seed; a trial's setting is its name without the seed
     p = plan(spec("sweep.methods=[generic]", "sweep.pretrain_steps=[10]", "sweep.domain_tokens=[1000]",
                   "sweep.specialize_steps=[5]", "sweep.seeds=[0, 3]"))
-    assert [r["name"] for r in p["runs"]] == ["generic-tiny-seed0", "generic-tiny-seed3"]
-    assert [(t["name"], t["setting"], t["seed"]) for t in p["trials"]] == [
+    assert [r.name for r in p.runs] == ["generic-tiny-seed0", "generic-tiny-seed3"]
+    assert [(t.name, t.setting, t.seed) for t in p.trials] == [
         ("generic-tiny-p10-t1000-s5-seed0", "generic-tiny-p10-t1000-s5", 0),
         ("generic-tiny-p10-t1000-s5-seed3", "generic-tiny-p10-t1000-s5", 3)]
     with pytest.raises(ConfigError, match="sweep.seeds"):
         spec("sweep.seeds=[1, 1]")
 
 
+@pytest.mark.ray
 @pytest.mark.slow  # the data stages through the CLI again (~35 s)
 def test_the_missing_data_hint_works_as_written(train_run, slm_cli, tmp_path):
     """A sweep over a domain the data stages left out names the command that makes its data; run
@@ -75,7 +78,7 @@ def test_the_missing_data_hint_works_as_written(train_run, slm_cli, tmp_path):
     command = shlex.split(re.search(r"make it with `([^`]*)`", str(err.value)).group(1))
     assert command[:2] == ["slm", "run"], err.value
     slm_cli(*command[1:])
-    assert {r["name"] for r in plan(cfg)["runs"]} == {"generic-tiny", "importance-legal-tiny", "importance-medical-tiny"}
+    assert {r.name for r in plan(cfg).runs} == {"generic-tiny", "importance-legal-tiny", "importance-medical-tiny"}
 
 
 def test_the_claims_experiments_are_planned_beside_the_grid(tmp_path):
@@ -90,29 +93,29 @@ def test_the_claims_experiments_are_planned_beside_the_grid(tmp_path):
 
     p = plan(spec("sweep.large_size=d2", "sweep.distill=true", "sweep.salt_kd_share=0.2", "sweep.all_experts=true"),
              check_data=False)
-    runs = {r["name"]: r for r in p["runs"]}
+    runs = {r.name: r for r in p.runs}
     assert list(runs)[-2:] == ["salt-d2-seed0", "salt-d2-seed1"]  # teachers train first
-    assert runs["salt-d2-seed1"]["teacher"] == "generic-d1-seed1" and runs["salt-d2-seed1"]["kd_steps"] == 4
-    assert runs["generic-d2-seed0"]["role"] == "large" and runs["generic-d2-seed0"]["eval_every"] == 1
-    assert runs["generic-d2-seed0"]["snapshots"] == [20] and len(runs) == 8
-    roles = [t["role"] for t in p["trials"]]
+    assert runs["salt-d2-seed1"].teacher == "generic-d1-seed1" and runs["salt-d2-seed1"].kd_steps == 4
+    assert runs["generic-d2-seed0"].role == "large" and runs["generic-d2-seed0"].eval_every == 1
+    assert runs["generic-d2-seed0"].snapshots == (20,) and len(runs) == 8
+    roles = [t.role for t in p.trials]
     assert (roles.count("grid"), roles.count("teacher"), roles.count("distill"), roles.count("experts")) == (32, 8, 8, 8)
-    student = next(t for t in p["trials"] if t["name"] == "distill-d1-from-d2-p20-t1000-s5-seed1")
-    assert (student["wave"], student["source"], student["teacher"], student["teacher_run"]) == (
+    student = next(t for t in p.trials if t.name == "distill-d1-from-d2-p20-t1000-s5-seed1")
+    assert (student.wave, student.source, student.teacher, student.teacher_run) == (
         2, "generic-d1-seed1", "generic-d2-p20-t1000-s5-seed1", "generic-d2-seed1")
-    assert all(t["wave"] == 1 for t in p["trials"] if t["role"] != "distill")
-    experts = [t for t in p["trials"] if t["role"] == "experts"]
-    assert sorted(t["expert"] for t in experts if t["seed"] == 0) == [0, 1, 2, 3]
-    assert {(t["pretrain_steps"], t["domain_tokens"], t["specialize_steps"]) for t in experts} == {(20, 1000, 5)}
+    assert all(t.wave == 1 for t in p.trials if t.role != "distill")
+    experts = [t for t in p.trials if t.role == "experts"]
+    assert sorted(t.expert for t in experts if t.seed == 0) == [0, 1, 2, 3]
+    assert {(t.pretrain_steps, t.domain_tokens, t.specialize_steps) for t in experts} == {(20, 1000, 5)}
     # The large runs sized on their own (sweep.large_steps): SALT's KD share, the teachers' budget.
     short = plan(spec("sweep.large_size=d2", "sweep.distill=true", "sweep.salt_kd_share=0.2", "sweep.large_steps=8"),
                  check_data=False)
-    runs = {r["name"]: r for r in short["runs"]}
-    assert (runs["generic-d2-seed0"]["steps"], runs["salt-d2-seed0"]["steps"], runs["salt-d2-seed0"]["kd_steps"]) == (8, 8, 2)
-    assert runs["generic-d1-seed0"]["steps"] == 20
-    student = next(t for t in short["trials"] if t["name"] == "distill-d1-from-d2-p20-t1000-s5-seed1")
-    assert student["teacher"] == "generic-d2-p8-t1000-s5-seed1" and student["pretrain_steps"] == 20
-    assert {t["pretrain_steps"] for t in short["trials"] if t["role"] == "teacher"} == {8}
+    runs = {r.name: r for r in short.runs}
+    assert (runs["generic-d2-seed0"].steps, runs["salt-d2-seed0"].steps, runs["salt-d2-seed0"].kd_steps) == (8, 8, 2)
+    assert runs["generic-d1-seed0"].steps == 20
+    student = next(t for t in short.trials if t.name == "distill-d1-from-d2-p20-t1000-s5-seed1")
+    assert student.teacher == "generic-d2-p8-t1000-s5-seed1" and student.pretrain_steps == 20
+    assert {t.pretrain_steps for t in short.trials if t.role == "teacher"} == {8}
     with pytest.raises(ConfigError, match="sweep.large_size"):
         spec("sweep.distill=true")
     with pytest.raises(SweepSpecError, match="not larger than the smallest size"):
@@ -129,8 +132,9 @@ def test_a_trials_config_is_built_from_typed_values_not_override_strings(tmp_pat
     root = tmp_path / "odd: name #1"
     default = load_job(None, [])
     cfg = replace(default, run=replace(default.run, root=str(root)))  # as an override string it would not parse
-    t = {"source": "generic-d1-seed0", "pretrain_steps": 20, "name": "distill-x-seed0", "domain": "legal",
-         "domain_tokens": 1000, "specialize_steps": 5, "seed": 0, "expert": None, "teacher": "generic-d2-x-seed0"}
+    t = Trial(source="generic-d1-seed0", method="distill", size="d1", pretrain_steps=20, domain="legal",
+              domain_tokens=1000, specialize_steps=5, seed=0, setting="distill-x", name="distill-x-seed0",
+              role="distill", teacher="generic-d2-x-seed0", teacher_run="generic-d2-seed0", wave=2)
     trial = trial_config(cfg, t)
     assert trial.specialize.source == str(root / "default" / "checkpoints" / "generic-d1-seed0" / "snapshots"
                                           / "step-00000020.safetensors")
@@ -139,13 +143,16 @@ def test_a_trials_config_is_built_from_typed_values_not_override_strings(tmp_pat
     assert (trial.specialize.train.budget.steps, trial.specialize.train.budget.tokens) == (5, 0)
     assert trial.specialize.train.seed == 0 and trial.specialize.expert == -1
     assert trial.specialize.train.optim == cfg.specialize.train.optim  # the rest as the job has it
-    run = {"name": "salt-d2-seed1", "method": "generic", "size": "d2", "domain": None, "seed": 1, "steps": 40,
-           "snapshots": [40], "eval_every": 5, "teacher": "generic-d1-seed1", "kd_steps": 8}
+    run = PretrainRun(name="salt-d2-seed1", method="generic", size="d2", domain=None, seed=1, steps=40,
+                      snapshots=(40,), role="salt", teacher="generic-d1-seed1", kd_steps=8, eval_every=5)
     pre = run_config(cfg, run).pretrain
     assert (pre.name, pre.model.depth, pre.train.budget.steps, pre.train.seed, pre.train.eval_every) == (
         "salt-d2-seed1", 2, 40, 1, 5)
     assert pre.teacher.checkpoint == str(root / "default" / "checkpoints" / "generic-d1-seed1" / "model.safetensors")
-    assert pre.teacher.kd_steps == 8 and pre.snapshot_steps == [40]
+    assert pre.teacher.kd_steps == 8 and pre.snapshot_steps == [40] and pre.domain == ""
+    # a per-domain method's run says its domain in its own section, not in resample's
+    slm_is = run_config(cfg, replace(run, name="importance-medical-d1", method="importance", domain="medical"))
+    assert slm_is.pretrain.domain == "medical" and slm_is.resample == cfg.resample
 
 
 ROWS = [  # hand-checkable: FLOPs in units, perplexities chosen so the answer is obvious
@@ -245,18 +252,19 @@ def test_the_study_design_meets_the_issue(slm_cli):
     p = plan(cfg, check_data=False)
     per_domain = sum(m in ("importance", "dsir") for m in sw.methods)
     shared = len(sw.methods) - per_domain
-    grid_runs = [r for r in p["runs"] if r["role"] == "grid"]
+    grid_runs = [r for r in p.runs if r.role == "grid"]
     assert len(grid_runs) == (shared + per_domain * len(sw.domains)) * len(sw.seeds)
-    assert sum(t["role"] == "grid" for t in p["trials"]) == len(sw.seeds) * len(sw.pretrain_steps) * len(sw.domains) \
+    assert sum(t.role == "grid" for t in p.trials) == len(sw.seeds) * len(sw.pretrain_steps) * len(sw.domains) \
         * len(sw.domain_tokens) * len(sw.specialize_steps) * (shared + per_domain)
     # the claims' experiments: C4 (distillation with its teacher), C5 (SALT beside its baseline), C6
-    roles = {t["role"] for t in p["trials"]} | {r["role"] for r in p["runs"]}
+    roles = {t.role for t in p.trials} | {r.role for r in p.runs}
     assert sw.distill and sw.salt_kd_share and sw.all_experts and {"teacher", "distill", "experts", "large", "salt"} <= roles
-    assert len({t["name"] for t in p["trials"]}) == len(p["trials"])  # every trial its own name
+    assert len({t.name for t in p.trials}) == len(p.trials)  # every trial its own name
     out = slm_cli("sweep", "jobs/sweeps/study.yaml", "--dry-run").stdout
-    assert f"{len(p['trials'])} specialization trials" in out and "estimated cost" in out
+    assert f"{len(p.trials)} specialization trials" in out and "estimated cost" in out
 
 
+@pytest.mark.ray
 def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_path):
     """The study's spec at CI size (two seeds, one domain, three methods, the claims' experiments, the tiny
     model, trials training in their own processes) on the data tests' run: killed with SIGKILL mid-sweep,
@@ -265,7 +273,7 @@ def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_
         train_run, "sweep.name=tiny", "sweep.methods=[generic, mixture, soup]", "sweep.sizes=[tiny]",
         "sweep.large_size=d2", "sweep.domains=[legal]", "resample.domains=[]", "sweep.pretrain_steps=[10, 20]",
         "sweep.domain_tokens=[3200]", "sweep.specialize_steps=[5]", "sweep.seeds=[0, 1]", "sweep.curve_every=5",
-        "sweep.large_steps=0",
+        "sweep.large_steps=15",  # the large runs end at another step than the small ones
         "pretrain.train.checkpoint_every=10", "specialize.train.checkpoint_every=0", "ray.include_dashboard=false",
         "ray.num_cpus=2")
     command = [sys.executable, "-m", "slm.cli", "sweep", "jobs/sweeps/study.yaml", *overrides]
@@ -309,7 +317,7 @@ def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_
     assert sorted(r["trial"] for r in table) == sorted(
         [f"{m}-tiny-p{p}-t3200-s5-seed{seed}" for m in ("generic", "mixture", "soup") for p in (10, 20) for seed in (0, 1)]
         + [f"{name}-seed{seed}" for seed in (0, 1) for name in (
-            f"generic-d2-{cell}", f"distill-tiny-from-d2-{cell}", *(f"mixture-tiny-{cell}-e{e}" for e in range(4)))])
+            "generic-d2-p15-t3200-s5", f"distill-tiny-from-d2-{cell}", *(f"mixture-tiny-{cell}-e{e}" for e in range(4)))])
     for r in table:
         assert r["perplexity"] > 1 and 0 <= r["accuracy"] <= 1
         assert r["pretrain_flops"] > 0 and r["specialize_flops"] > 0 and r["generic_flops"] == r["pretrain_flops"]
@@ -317,14 +325,15 @@ def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_
     assert by["soup-tiny-p20-t3200-s5-seed1"]["pretrain_flops"] == 2 * by["soup-tiny-p10-t3200-s5-seed1"]["pretrain_flops"]
     assert by["soup-tiny-p20-t3200-s5-seed0"]["perplexity"] != by["soup-tiny-p20-t3200-s5-seed1"]["perplexity"]
     # a distilled student carries its teacher's costs: the large model's pretraining and specialization
-    student, teacher = by[f"distill-tiny-from-d2-{cell}-seed0"], by[f"generic-d2-{cell}-seed0"]
+    # (the teacher specialized the large run's snapshot at sweep.large_steps, not at the student's 20)
+    student, teacher = by[f"distill-tiny-from-d2-{cell}-seed0"], by["generic-d2-p15-t3200-s5-seed0"]
     plain = by[f"generic-tiny-{cell}-seed0"]
     assert student["pretrain_flops"] == pytest.approx(plain["pretrain_flops"] + teacher["pretrain_flops"])
     assert student["specialize_flops"] > plain["specialize_flops"] + teacher["specialize_flops"]  # + the teacher's forwards
     assert {by[f"mixture-tiny-{cell}-e{e}-seed0"]["expert"] for e in range(4)} == {0, 1, 2, 3}
     curves = pq.read_table(out / "curves.parquet").to_pylist()
     salt = [c for c in curves if c["run"] == "salt-d2-seed1"]
-    assert [c["step"] for c in salt] == [5, 10, 15, 20] and all(c["loss"] > 0 for c in salt)
+    assert [c["step"] for c in salt] == [5, 10, 15] and all(c["loss"] > 0 for c in salt)
     assert {c["role"] for c in curves} >= {"large", "salt"}
     assert (out / "results.csv").exists()
     assert {p.name for p in (out / "report").glob("*.png")} == {
@@ -338,6 +347,7 @@ def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_
     assert "no pretraining budget at 0.6× the largest (12 steps" in claims["C3"]["untested"][0]
 
 
+@pytest.mark.ray
 def test_a_study_in_two_parts_reports_as_one(train_run, slm_cli, tmp_path):
     """The study's spec at CI size run as two parts (a seed each, as benchmarks/study_part.py runs them),
     then `slm report --tables` over both: one table, the design's missing trial named, and a part that
@@ -364,7 +374,7 @@ def test_a_study_in_two_parts_reports_as_one(train_run, slm_cli, tmp_path):
     result = json.loads(printed[printed.index("{") if printed.startswith("{") else printed.index("\n{") + 1:])
     assert result["missing"] == [] and len(result["tables"]) == 2
     rows = pq.read_table(combined / "results.parquet").to_pylist()
-    assert sorted(r["seed"] for r in rows) == [0] * 4 + [1] * 4
+    assert sorted(r.seed for r in rows) == [0] * 4 + [1] * 4
     assert (combined / "report" / "claims.md").exists() and (combined / "report" / "pretrain_cost.png").exists()
 
     # A part whose table lacks a planned trial: named.

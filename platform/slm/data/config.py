@@ -128,7 +128,8 @@ class ResampleConfig:
     # [] is [domain].
     domains: list[str] = field(default_factory=list)
     tokens: int = 200_000
-    methods: list[str] = field(default_factory=lambda: ["crisp", "uniform", "dsir"])
+    # Registered subset methods (slm.data.resample.SUBSETS: crisp, uniform, dsir); []: every one.
+    methods: list[str] = field(default_factory=list)
     seed: int = 0
     output: str = "resampled"  # <run dir>/<output>/<domain>/<method>/
     # DSIR's candidates: windows of at least this many word-punct tokens (every window still counts in
@@ -141,9 +142,8 @@ class ResampleConfig:
         return self.domains or [self.domain]
 
     def validate(self, prefix: str = "") -> None:
-        unknown = [m for m in self.methods if m not in ("crisp", "uniform", "dsir")]
-        if unknown:
-            raise ConfigError(f"config key '{prefix}methods': unknown method(s) {unknown}; use crisp, uniform, dsir")
+        if len(set(self.methods)) != len(self.methods):
+            raise ConfigError(f"config key '{prefix}methods': listed twice: {self.methods}")
         if self.tokens <= 0:
             raise ConfigError(f"config key '{prefix}tokens': must be positive, got {self.tokens}")
         if len(set(self.domains)) != len(self.domains):

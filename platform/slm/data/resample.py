@@ -8,6 +8,10 @@
 - **uniform**: the control; every generic window kept Poisson(N / generic tokens) times.
 - **dsir**: hashed n-gram importance resampling (``slm.data.dsir``), without replacement.
 
+Each is a :class:`SubsetMethod` registered by name (``SUBSETS``), as pretraining methods are: a new way to
+draw a subset is one class here with ``@register``, and the pipeline, the config check and the tests
+find it in the registry.
+
 Output (``<run>/resampled/<domain>/<method>/``): Parquet rows (window id, doc id, source, text, n_tokens,
 coarse, leaf, copy), and a manifest with the per-leaf weights w(c) = P(c|D)/P(c|D_g), the tokens drawn and
 KL(resampled leaf histogram ‖ domain histogram).
@@ -16,6 +20,7 @@ KL(resampled leaf histogram ‖ domain histogram).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +31,7 @@ import ray.data
 from ray.data.expressions import col
 
 from slm.artifacts import atomic_path, write_manifest
+from slm.config import ConfigError
 from slm.corpus.documents import hash_seed
 from slm.corpus.layout import corpus_files, domain_dir
 from slm.data import dsir
@@ -35,8 +41,110 @@ from slm.data.embed import corpus_windows
 from slm.data.execution import reproducible_execution
 from slm.data.histogram import GENERIC, counts_by_leaf, kl, smoothed
 
-METHODS = ("crisp", "uniform", "dsir")
 ROWS_PER_BLOCK = 4096
+
+
+@dataclass(frozen=True)
+class Draw:
+    """What a subset method draws from: the generic windows (with their coarse cluster and leaf), the
+    domain's and the generic leaf histograms, each leaf's windows and tokens, and where the text is."""
+
+    domain: str
+    tokens: int  # the subset's budget
+    seed: int
+    generic: ray.data.Dataset
+    p_domain: np.ndarray
+    p_generic: np.ndarray
+    windows_by_leaf: np.ndarray
+    tokens_by_leaf: np.ndarray
+    cluster_dir: Path
+    corpus_dir: Path | None
+    embed: EmbedConfig | None
+    dsir_min_words: int
+
+
+class SubsetMethod:
+    """One way to draw a generic subset aimed at a domain (``resample.methods``), registered by name:
+    ``draw`` returns the chosen windows (with a ``copy`` column) and what the manifest should say of it."""
+
+    name: str
+
+    def draw(self, d: Draw) -> tuple[ray.data.Dataset, dict]:
+        raise NotImplementedError
+
+
+SUBSETS: dict[str, SubsetMethod] = {}
+
+
+def register(cls: type[SubsetMethod]) -> type[SubsetMethod]:
+    if cls.name in SUBSETS:
+        raise ValueError(f"resample method {cls.name!r} is registered twice")
+    SUBSETS[cls.name] = cls()
+    return cls
+
+
+def subset_method(name: str, key: str = "resample.methods") -> SubsetMethod:
+    """The subset method called ``name``; an unknown one fails with the config key that named it."""
+    try:
+        return SUBSETS[name]
+    except KeyError:
+        raise ConfigError(f"config key '{key}': unknown resample method {name!r}; methods: {list(SUBSETS)}") from None
+
+
+def _poisson(d: Draw, lam: np.ndarray) -> tuple[ray.data.Dataset, dict]:
+    """Every generic window kept Poisson(λ of its leaf) times."""
+    info = {"expected_tokens": float((lam * d.tokens_by_leaf).sum()),
+            "mean_copies_per_window": {"max": float(lam.max()), "mean_over_used_leaves": float(lam[lam > 0].mean())}}
+    return d.generic.map_batches(_poisson_copies, fn_kwargs={"lam": lam, "seed": d.seed}, batch_format="pyarrow"), info
+
+
+@register
+class Crisp(SubsetMethod):
+    """SLM-is / CRISP: a leaf c ~ P(c | D), then a window uniformly inside c (as Poisson draws)."""
+
+    name = "crisp"
+
+    def draw(self, d: Draw) -> tuple[ray.data.Dataset, dict]:
+        n_c, t_c = d.windows_by_leaf, d.tokens_by_leaf
+        mean_tokens = np.divide(t_c, n_c, out=np.zeros_like(t_c), where=n_c > 0)
+        draws = np.divide(d.tokens * d.p_domain, mean_tokens, out=np.zeros_like(d.p_domain), where=mean_tokens > 0)
+        return _poisson(d, np.divide(draws, n_c, out=np.zeros_like(draws), where=n_c > 0))
+
+
+@register
+class Uniform(SubsetMethod):
+    """The control: every generic window kept Poisson(N / generic tokens) times."""
+
+    name = "uniform"
+
+    def draw(self, d: Draw) -> tuple[ray.data.Dataset, dict]:
+        return _poisson(d, np.where(d.windows_by_leaf > 0, d.tokens / d.tokens_by_leaf.sum(), 0.0))
+
+
+@register
+class Dsir(SubsetMethod):
+    """DSIR: hashed n-gram importance resampling (``slm.data.dsir``), without replacement, from every
+    generic window of the corpus (text, not embeddings)."""
+
+    name = "dsir"
+
+    def draw(self, d: Draw) -> tuple[ray.data.Dataset, dict]:
+        if d.corpus_dir is None or d.embed is None:
+            raise ValueError("resample dsir: pass corpus_dir and embed (it selects from the corpus's text)")
+        target_files = sorted(str(p) for p in domain_dir(d.corpus_dir, d.domain, "train").glob("*.parquet"))
+        if not target_files:
+            raise ValueError(f"resample dsir: {domain_dir(d.corpus_dir, d.domain, 'train')} holds no Parquet shards")
+        placed = pq.read_table(d.cluster_dir / "assignments", columns=["id", "coarse", "leaf"],
+                               filters=[("domain", "=", GENERIC)]).sort_by("id")
+        everything = (corpus_windows(corpus_files(d.corpus_dir)["all"], d.embed)
+                      .repartition(target_num_rows_per_block=ROWS_PER_BLOCK)
+                      .map_batches(_with_clusters, fn_kwargs={"placed": placed}, batch_format="pyarrow"))
+        target = corpus_windows(target_files, d.embed).repartition(target_num_rows_per_block=ROWS_PER_BLOCK)
+        chosen, log_diff, threshold = dsir.select(everything, target, d.tokens, d.seed, min_words=d.dsir_min_words)
+        chosen = chosen.map_batches(lambda b: b.append_column("copy", pa.array(np.zeros(b.num_rows, np.int32))),
+                                    batch_format="pyarrow").drop_columns(["key"])
+        return chosen, {"key_threshold": threshold, "min_words": d.dsir_min_words,
+                        "generic_windows_placed": placed.num_rows}
 
 
 def _poisson_copies(batch: pa.Table, lam: np.ndarray, seed: int) -> pa.Table:
@@ -58,8 +166,7 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
     """One method's generic subset for ``domain``. DSIR reads text, not embeddings: it selects from every
     generic window of the corpus at ``corpus_dir``, cut as ``embed`` cuts them, keeping only windows of
     at least ``dsir_min_words`` word-punct tokens as candidates (the package's ``min_example_length``)."""
-    if method not in METHODS:
-        raise ValueError(f"resample method must be one of {METHODS}, got {method!r}")
+    subset = subset_method(method)
     if tokens <= 0:
         raise ValueError(f"resample tokens must be positive, got {tokens}")
     if domain not in histograms["domains"]:
@@ -82,35 +189,8 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
         # per-window work (Poisson draws, DSIR's n-gram hashing) runs on every CPU.
         return assignments.filter(expr=col("domain") == d).repartition(target_num_rows_per_block=ROWS_PER_BLOCK)
 
-    generic = windows_of(GENERIC)
-    info: dict = {}
-    if method in ("crisp", "uniform"):
-        mean_tokens = np.divide(t_c, n_c, out=np.zeros_like(t_c), where=n_c > 0)
-        if method == "crisp":
-            draws = np.divide(tokens * p_domain, mean_tokens, out=np.zeros_like(p_domain), where=mean_tokens > 0)
-            lam = np.divide(draws, n_c, out=np.zeros_like(draws), where=n_c > 0)
-        else:
-            lam = np.where(n_c > 0, tokens / t_c.sum(), 0.0)
-        info["expected_tokens"] = float((lam * t_c).sum())
-        info["mean_copies_per_window"] = {"max": float(lam.max()), "mean_over_used_leaves": float(lam[lam > 0].mean())}
-        chosen = generic.map_batches(_poisson_copies, fn_kwargs={"lam": lam, "seed": seed}, batch_format="pyarrow")
-    else:
-        if corpus_dir is None or embed is None:
-            raise ValueError("resample dsir: pass corpus_dir and embed (it selects from the corpus's text)")
-
-        target_files = sorted(str(p) for p in domain_dir(corpus_dir, domain, "train").glob("*.parquet"))
-        if not target_files:
-            raise ValueError(f"resample dsir: {domain_dir(corpus_dir, domain, 'train')} holds no Parquet shards")
-        placed = pq.read_table(Path(cluster_dir) / "assignments", columns=["id", "coarse", "leaf"],
-                               filters=[("domain", "=", GENERIC)]).sort_by("id")
-        everything = (corpus_windows(corpus_files(corpus_dir)["all"], embed)
-                      .repartition(target_num_rows_per_block=ROWS_PER_BLOCK)
-                      .map_batches(_with_clusters, fn_kwargs={"placed": placed}, batch_format="pyarrow"))
-        target = corpus_windows(target_files, embed).repartition(target_num_rows_per_block=ROWS_PER_BLOCK)
-        chosen, log_diff, threshold = dsir.select(everything, target, tokens, seed, min_words=dsir_min_words)
-        chosen = chosen.map_batches(lambda b: b.append_column("copy", pa.array(np.zeros(b.num_rows, np.int32))),
-                                    batch_format="pyarrow").drop_columns(["key"])
-        info |= {"key_threshold": threshold, "min_words": dsir_min_words, "generic_windows_placed": placed.num_rows}
+    chosen, info = subset.draw(Draw(domain, tokens, seed, windows_of(GENERIC), p_domain, p_generic, n_c, t_c,
+                                    Path(cluster_dir), Path(corpus_dir) if corpus_dir else None, embed, dsir_min_words))
     with atomic_path(out / "data") as tmp:
         chosen.write_parquet(str(tmp))
     # The drawn leaf histogram: one small count vector per block, summed here (no shuffle: a groupby

@@ -5,8 +5,6 @@
 shipped here (the modules below); a new one is one more module here and its test (docs/architecture.md).
 """
 
-from slm.config import ConfigError
-from slm.job import JobConfig
 from slm.methods import dense, mixture, projected, soup  # noqa: F401  (they register themselves)
 from slm.methods.base import Method
 from slm.methods.checkpoint import load_model, read_metadata, save_model
@@ -27,26 +25,6 @@ def dense_record(gpt: dict) -> dict:
     return {"method": BASELINE, "gpt": gpt}
 
 
-def sweep_methods(cfg: JobConfig) -> list[str]:
-    """The methods a sweep compares: ``sweep.methods``, or when it lists none every method swept by
-    default (all but DSIR)."""
-    return list(cfg.sweep.methods) or [n for n in names() if get(n).swept_by_default]
-
-
-def check_job(cfg: JobConfig) -> None:
-    """The job's method names, checked against the registry before anything runs (the config loader
-    checks keys and types; which methods exist is this package's to say)."""
-    get(cfg.pretrain.method, "pretrain.method")
-    for name in cfg.sweep.methods:
-        get(name, "sweep.methods")
-    sw, compared = cfg.sweep, sweep_methods(cfg)
-    if (sw.distill or sw.salt_kd_share) and BASELINE not in compared:
-        raise ConfigError(f"config key 'sweep.methods': distillation's student and SALT's teacher are the "
-                          f"{BASELINE} small model: add {BASELINE}")
-    if sw.all_experts and SLM_MIX not in compared:
-        raise ConfigError(f"config key 'sweep.all_experts': needs {SLM_MIX} in sweep.methods")
-
-
 def display(name: str) -> tuple[str, str]:
     """(paper name, plot colour) of a results table's method: a registered method, or distilled rows."""
     if name == DISTILLED:
@@ -55,5 +33,5 @@ def display(name: str) -> tuple[str, str]:
     return method.paper_name, method.color
 
 
-__all__ = ["BASELINE", "DISTILLED", "SLM_IS", "SLM_MIX", "SLM_PN", "SOUP", "Method", "check_job", "dense_record",
-           "display", "get", "load_model", "names", "read_metadata", "register", "save_model", "sweep_methods"]
+__all__ = ["BASELINE", "DISTILLED", "SLM_IS", "SLM_MIX", "SLM_PN", "SOUP", "Method", "dense_record", "display", "get",
+           "load_model", "names", "read_metadata", "register", "save_model"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from tokenizers import Tokenizer
 from transformers import (
     ArceeConfig,
     ArceeForCausalLM,
@@ -25,7 +26,6 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from slm.data.bpe import EOT
 from slm.models.gpt import GPT, GPTConfig
 
 
@@ -76,12 +76,16 @@ def to_hf(model: GPT, bos_token_id: int | None = None, eos_token_id: int | None 
 
 
 def hf_tokenizer(tokenizer_file: str | Path, max_length: int) -> PreTrainedTokenizerFast:
-    """Our BPE file as a transformers tokenizer; no special token is added when encoding, as in packing."""
-    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_file), bos_token=EOT, eos_token=EOT,
-                                        pad_token=EOT, model_max_length=max_length, clean_up_tokenization_spaces=False)
-    if tokenizer.eos_token_id is None or tokenizer.convert_tokens_to_ids(EOT) != tokenizer.eos_token_id:
-        raise ValueError(f"{tokenizer_file} has no {EOT} token: not an slm tokenizer")
-    return tokenizer
+    """Our BPE file as a transformers tokenizer; no special token is added when encoding, as in packing.
+    Its one special token, id 0, separates documents (the data stages' ``<|endoftext|>``): it is read
+    from the file, so that models need nothing of the data layer."""
+    raw = Tokenizer.from_file(str(tokenizer_file))
+    specials = [t.content for i, t in raw.get_added_tokens_decoder().items() if t.special and i == 0]
+    if not specials:
+        raise ValueError(f"{tokenizer_file} has no special token at id 0 (the document separator): not an slm tokenizer")
+    eot = specials[0]
+    return PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_file), bos_token=eot, eos_token=eot, pad_token=eot,
+                                   model_max_length=max_length, clean_up_tokenization_spaces=False)
 
 
 def save_pretrained(model: GPT, out: str | Path, tokenizer_file: str | Path | None = None) -> PreTrainedModel:

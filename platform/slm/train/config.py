@@ -7,10 +7,22 @@ from __future__ import annotations
 import math
 import typing
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from slm.config import NOT_HASHED, ConfigError
+from slm.corpus.config import CorpusConfig
+from slm.data.config import (
+    ClusterConfig,
+    EmbedConfig,
+    HistogramConfig,
+    PackConfig,
+    ResampleConfig,
+    StatsConfig,
+    TokenizerConfig,
+)
+from slm.layout import RunConfig
 from slm.models.config import ModelConfig
+from slm.runtime import RayConfig
 
 
 @dataclass
@@ -188,9 +200,11 @@ class TrainConfig:
 class PretrainConfig:
     """Pretraining one method at one size: what `slm run` stage `pretrain` trains."""
 
-    method: str = "generic"  # a registered method (slm.methods.check_job checks it before a job runs)
+    method: str = "generic"  # a registered method (slm.pipeline.check_methods checks it before a job runs)
     name: str = ""  # default: <method>-<size>; outputs in <run dir>/checkpoints/<name>/
     data: str = ""  # packed folder; default: packed/generic, or packed/resampled/<domain>/<crisp|dsir>
+    # The domain a per-domain method's pretraining set is chosen for (SLM-is, DSIR); default: resample.domain
+    domain: str = ""
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)  # SALT: a small teacher for a larger student
@@ -236,3 +250,21 @@ class SpecializeConfig:
             raise ConfigError(f"config key '{prefix}domain_tokens': must be positive, got {self.domain_tokens}")
         if self.expert < -1:
             raise ConfigError(f"config key '{prefix}expert': an expert index ≥ 0, or -1, got {self.expert}")
+
+
+class TrainJob(Protocol):
+    """What the training side reads of a job: the run, the data sections and its own two
+    (``slm.job.JobConfig`` has them all; the job root sits above every layer and gathers their sections)."""
+
+    run: RunConfig
+    ray: RayConfig
+    corpus: CorpusConfig
+    stats: StatsConfig
+    embed: EmbedConfig
+    cluster: ClusterConfig
+    histogram: HistogramConfig
+    resample: ResampleConfig
+    tokenizer: TokenizerConfig
+    pack: PackConfig
+    pretrain: PretrainConfig
+    specialize: SpecializeConfig

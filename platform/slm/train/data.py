@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from slm.artifacts import atomic_path, is_complete, write_manifest
+from slm.layout import RunLayout, require
 
 ARRAYS = "arrays"
 
@@ -68,6 +69,20 @@ def materialize(packed_dir: str | Path) -> Path:
         del tokens, coarse, leaf
     write_manifest(out, {"stage": "arrays", "rows": rows, "width": width, "fingerprint": fingerprint,
                          "digest": arrays_digest(out)})
+    return out
+
+
+def packed_arrays(layout: RunLayout, name: str) -> Path:
+    """The arrays of the run's packed set ``name`` (``RunLayout.packed``), made on first use."""
+    return materialize(require(layout.packed(name), "pack"))
+
+
+def valid_arrays(layout: RunLayout, domains: list[str]) -> dict[str, str]:
+    """Each domain's packed valid split as arrays (the ones packed); none packed is said, not an error."""
+    out = {d: str(materialize(layout.packed_valid(d))) for d in domains if (layout.packed_valid(d) / "data").exists()}
+    if not out:
+        print(f"[train] no valid split packed under {layout.packed('valid')} "
+              f"(pack.sets without 'valid'): no evaluation", flush=True)
     return out
 
 

@@ -29,15 +29,14 @@ from ray.tune.integration.ray_train import TuneReportCallback
 from slm import methods
 from slm.artifacts import file_sha256, is_complete, read_manifest, write_manifest
 from slm.config import ConfigError, config_hash
-from slm.data import histogram, tokenizers
-from slm.job import JobConfig
+from slm.data import histogram
 from slm.layout import RunLayout, TrainOutput, require
 from slm.models.gpt import GPTConfig, preset, save_dense
 from slm.runtime import RayConfig, cluster_address, init_ray
 from slm.train import integrity
 from slm.train.budget import dense_flops_per_token
-from slm.train.config import PretrainConfig, SpecializeConfig, TeacherConfig, TrainConfig
-from slm.train.data import materialize
+from slm.train.config import PretrainConfig, SpecializeConfig, TeacherConfig, TrainConfig, TrainJob
+from slm.train.data import materialize, packed_arrays, valid_arrays
 from slm.train.hardware import worker_precision
 from slm.train.loop import train_here, train_worker
 from slm.train.spec import WorkerSpec
@@ -50,37 +49,11 @@ class TrainingInputError(ConfigError):
 # ----------------------------------------------------------------------------------------- inputs
 
 
-def vocab_size(run_dir: Path, cfg: JobConfig) -> int:
-    path = require(RunLayout.of(cfg).tokenizer_json, "tokenizer")
-    return tokenizers.load(str(path)).get_vocab_size()
-
-
-def cluster_info(run_dir: Path, cfg: JobConfig) -> dict:
-    return json.loads(require(RunLayout.of(cfg).clusters_json, "cluster").read_text())
-
-
-def coarse_histograms(run_dir: Path, cfg: JobConfig) -> dict[str, list[float]]:
+def coarse_histograms(cfg: TrainJob) -> dict[str, list[float]]:
     """Each domain's histogram over the coarse clusters (``slm.data.histogram.coarse_histograms``)."""
     layout = RunLayout.of(cfg)
     return histogram.coarse_histograms(require(layout.clusters_json, "cluster"),
                                        require(layout.histograms_json, "histogram"))
-
-
-def packed(run_dir: Path, cfg: JobConfig, name: str) -> Path:
-    return materialize(require(RunLayout.of(cfg).packed(name), "pack"))
-
-
-def valid_sets(run_dir: Path, cfg: JobConfig, domains: list[str]) -> dict[str, str]:
-    out = {}
-    layout = RunLayout.of(cfg)
-    for d in domains:
-        folder = layout.packed_valid(d)
-        if (folder / "data").exists():
-            out[d] = str(materialize(folder))
-    if not out:
-        print(f"[train] no valid split packed under {layout.packed('valid')} "
-              f"(pack.sets without 'valid'): no evaluation", flush=True)
-    return out
 
 
 def gpt_config(model_cfg, vocab: int, seq_len: int):
@@ -172,12 +145,12 @@ def _run(kind: str, spec: WorkerSpec, output: TrainOutput, ray_cfg: RayConfig, e
     return write_manifest(out, manifest)
 
 
-def _tracked(train: TrainConfig, run_dir: Path) -> TrainConfig:
+def _tracked(train: TrainConfig, cfg: TrainJob) -> TrainConfig:
     """MLflow's default store: a file store, ``mlruns/`` in the run directory (absolute: workers run
     elsewhere). A tracking server or database is a ``tracking.mlflow_uri`` away (docs/usage.md)."""
     if "mlflow" not in train.loggers or train.tracking.mlflow_uri:
         return train
-    uri = (run_dir / "mlruns").expanduser().resolve().as_uri()
+    uri = RunLayout.of(cfg).mlruns.expanduser().resolve().as_uri()
     return dataclasses.replace(train, tracking=dataclasses.replace(train.tracking, mlflow_uri=uri))
 
 
@@ -188,7 +161,7 @@ def _teacher(teacher: TeacherConfig) -> TeacherConfig:
     return dataclasses.replace(teacher, checkpoint=str(Path(teacher.checkpoint).expanduser().resolve()))
 
 
-def check_precision(train: TrainConfig, section: str, cfg: JobConfig) -> None:
+def check_precision(train: TrainConfig, section: str, cfg: TrainJob) -> None:
     """The precision, checked on the driver when the workers will run on this machine (CPU workers on
     an embedded Ray), so that a bf16 run on a CPU without it fails before Ray starts."""
     if not train.use_gpu and cluster_address(cfg.ray) is None:
@@ -198,31 +171,32 @@ def check_precision(train: TrainConfig, section: str, cfg: JobConfig) -> None:
 # ----------------------------------------------------------------------------------------- stages
 
 
-def pretrain_data(cfg: JobConfig, run_dir: Path) -> Path:
+def pretrain_data(cfg: TrainJob) -> Path:
     """The arrays a pretraining run reads: ``pretrain.data``, or the packed set its method pretrains on
-    (for ``resample.domain``, when the method chooses its set per domain), made from the packed Parquet
-    files on first use."""
+    (for ``pretrain.domain``, default ``resample.domain``, when the method chooses its set per domain),
+    made from the packed Parquet files on first use."""
     if cfg.pretrain.data:
         return materialize(cfg.pretrain.data)
-    return packed(run_dir, cfg, methods.get(cfg.pretrain.method).pretrain_set(cfg.resample.domain))
+    domain = cfg.pretrain.domain or cfg.resample.domain
+    return packed_arrays(RunLayout.of(cfg), methods.get(cfg.pretrain.method).pretrain_set(domain))
 
 
-def pretrain(cfg: JobConfig, run_dir: Path) -> dict:
+def pretrain(cfg: TrainJob) -> dict:
     p: PretrainConfig = cfg.pretrain
     method = methods.get(p.method)
-    data = pretrain_data(cfg, run_dir)
+    data = pretrain_data(cfg)
     seq_len = int(np.load(data / "tokens.npy", mmap_mode="r").shape[1]) - 1
-    n_clusters = cluster_info(run_dir, cfg)["k"] if method.clustered else 1
+    n_clusters = RunLayout.of(cfg).cluster_info()["k"] if method.clustered else 1
     method.check(p.model, n_clusters, "pretrain.model.")
-    arch = method.architecture(gpt_config(p.model, vocab_size(run_dir, cfg), seq_len), p.model, n_clusters)
+    arch = method.architecture(gpt_config(p.model, RunLayout.of(cfg).vocab_size(), seq_len), p.model, n_clusters)
     output = RunLayout.of(cfg).pretrained(p.run_name)
     check_precision(p.train, "pretrain", cfg)
     spec = WorkerSpec(name=p.run_name, config_key="pretrain.train", output=str(output.dir.resolve()),
-                      train=_tracked(p.train, run_dir),
-                      arch=arch, data=str(data), valid=valid_sets(run_dir, cfg, list(cfg.corpus.domains)),
+                      train=_tracked(p.train, cfg),
+                      arch=arch, data=str(data), valid=valid_arrays(RunLayout.of(cfg), list(cfg.corpus.domains)),
                       model=p.model, teacher=_teacher(p.teacher), selection=p.selection,
                       snapshot_steps=sorted(p.snapshot_steps),
-                      domain_h=coarse_histograms(run_dir, cfg) if method.clustered else {},
+                      domain_h=coarse_histograms(cfg) if method.clustered else {},
                       tensorboard=str(RunLayout.of(cfg).tensorboard("pretrain", p.run_name).resolve()))
     if p.teacher.checkpoint:
         if not Path(p.teacher.checkpoint).exists():
@@ -252,7 +226,7 @@ def teacher_cost(model_path: Path) -> dict:
     return total
 
 
-def resolve_source(cfg: JobConfig, run_dir: Path, s: SpecializeConfig) -> Path:
+def resolve_source(cfg: TrainJob, s: SpecializeConfig) -> Path:
     source = s.source or cfg.pretrain.run_name
     path = Path(source) if source.endswith(".safetensors") else RunLayout.of(cfg).pretrained(source).model
     if not path.exists():
@@ -272,14 +246,14 @@ def domain_subset(arrays: Path, tokens: int, seed: int, where: str) -> np.ndarra
     return np.sort(np.random.default_rng(seed).permutation(len(data))[:need])
 
 
-def specialize(cfg: JobConfig, run_dir: Path) -> dict:
+def specialize(cfg: TrainJob) -> dict:
     s: SpecializeConfig = cfg.specialize
     domain = s.domain or cfg.resample.domain
-    source = resolve_source(cfg, run_dir, s)
+    source = resolve_source(cfg, s)
     name = s.name or source.parent.name
     layout = RunLayout.of(cfg)
     output = layout.specialized(domain, name)
-    hist = coarse_histograms(run_dir, cfg)
+    hist = coarse_histograms(cfg)
     if domain not in hist:
         raise TrainingInputError(f"config key 'specialize.domain': no histogram for {domain!r} "
                                  f"(domains with one: {sorted(hist)})")
@@ -294,7 +268,7 @@ def specialize(cfg: JobConfig, run_dir: Path) -> dict:
     output.dir.mkdir(parents=True, exist_ok=True)
     init = output.init
     save_dense(dense, init, {"method": arch["method"], "source": str(source), **chosen})
-    arrays = packed(run_dir, cfg, f"domain/{domain}")
+    arrays = packed_arrays(RunLayout.of(cfg), f"domain/{domain}")
     rows = domain_subset(arrays, s.domain_tokens, s.train.seed, str(layout.packed_domain(domain)))
     rows_path = output.rows
     np.save(rows_path, rows)
@@ -302,8 +276,8 @@ def specialize(cfg: JobConfig, run_dir: Path) -> dict:
         raise TrainingInputError(f"config key 'specialize.teacher.checkpoint': {s.teacher.checkpoint} does not exist")
     check_precision(s.train, "specialize", cfg)
     spec = WorkerSpec(name=f"{domain}/{name}", config_key="specialize.train", output=str(output.dir.resolve()),
-                      train=_tracked(s.train, run_dir), arch=methods.dense_record(arch["gpt"]), data=str(arrays),
-                      valid=valid_sets(run_dir, cfg, [domain]), teacher=_teacher(s.teacher), lora=s.lora,
+                      train=_tracked(s.train, cfg), arch=methods.dense_record(arch["gpt"]), data=str(arrays),
+                      valid=valid_arrays(RunLayout.of(cfg), [domain]), teacher=_teacher(s.teacher), lora=s.lora,
                       init=str(init.resolve()), init_sha=file_sha256(init), rows=str(rows_path.resolve()),
                       tensorboard=str(layout.tensorboard("specialize", f"{domain}/{name}").resolve()))
     pre = read_manifest(source.parent) or {}

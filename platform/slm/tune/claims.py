@@ -40,6 +40,7 @@ from typing import Literal
 from slm.artifacts import atomic_write_text
 from slm.methods import BASELINE, SLM_IS, SLM_MIX, SLM_PN, SOUP
 from slm.tune import stats
+from slm.tune.plan import Plan
 from slm.tune.results import total_flops
 from slm.tune.stats import ALPHA, Difference
 
@@ -98,19 +99,18 @@ class Design:
     entropy: dict[str, float] = field(default_factory=dict)  # each domain's coarse histogram entropy (nats)
 
     @classmethod
-    def of(cls, plan: dict) -> Design:
-        """From ``slm.tune.sweep.plan``'s output (or its ``plan.json``)."""
+    def of(cls, plan: Plan) -> Design:
+        """From a sweep's plan (``slm.tune.plan``; its ``plan.json`` through ``Plan.from_json``)."""
         settings: dict[str, Planned] = {}
         seeds: list[int | None] = []
-        for t in plan["trials"]:
-            settings.setdefault(t["setting"], Planned(t["setting"], t["method"], t["size"], t["pretrain_steps"],
-                                                      t["domain"], t["domain_tokens"], t["specialize_steps"],
-                                                      t["expert"], t["role"]))
-            if t["seed"] not in seeds:
-                seeds.append(t["seed"])
-        runs = [CurveRun(r["name"], r["role"], r["seed"]) for r in plan["runs"] if r["role"] in ("large", "salt")]
-        return cls(list(settings.values()), sorted(seeds, key=lambda s: -1 if s is None else s), plan["small"],
-                   plan["large"], runs, dict(plan.get("histogram_entropy", {})))
+        for t in plan.trials:
+            settings.setdefault(t.setting, Planned(t.setting, t.method, t.size, t.pretrain_steps, t.domain,
+                                                   t.domain_tokens, t.specialize_steps, t.expert, t.role))
+            if t.seed not in seeds:
+                seeds.append(t.seed)
+        runs = [CurveRun(r.name, r.role, r.seed) for r in plan.runs if r.role in ("large", "salt")]
+        return cls(list(settings.values()), sorted(seeds, key=lambda s: -1 if s is None else s), plan.small,
+                   plan.large, runs, dict(plan.histogram_entropy))
 
     def grid(self, **where) -> list[Planned]:
         return self.find(role="grid", **where)

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from slm.config import ConfigError
+from slm.train.config import TrainJob
 
 
 @dataclass
@@ -75,3 +76,9 @@ class SweepConfig:
         if self.large_steps < 0:
             raise ConfigError(f"config key '{prefix}large_steps': must be ≥ 0 (0: the largest pretraining budget), "
                               f"got {self.large_steps}")
+
+
+class SweepJob(TrainJob, Protocol):
+    """What a sweep reads of a job: the training side's sections and its own (``slm.job.JobConfig``)."""
+
+    sweep: SweepConfig

@@ -31,11 +31,12 @@ from pathlib import Path
 import numpy as np
 
 from slm import methods
-from slm.job import JobConfig
 from slm.layout import RunLayout, TrainOutput
 from slm.models.config import size_config
 from slm.train.config import BudgetConfig, TrainConfig
 from slm.train.trainer import gpt_config
+from slm.tune.config import SweepJob
+from slm.tune.plan import Plan
 
 PROBE_STEPS = 12  # steps timed per item, after WARMUP_STEPS (compiled runs compile in those)
 WARMUP_STEPS = 3
@@ -62,11 +63,11 @@ class Rate:
     save_s: float  # the model written
 
 
-def probe_items(plan: dict) -> list[ProbeItem]:
-    items = {f"pretrain:{r['method']}:{r['size']}": ProbeItem(f"pretrain:{r['method']}:{r['size']}", r["method"],
-                                                              r["size"], "pretrain") for r in plan["runs"]}
-    items |= {f"specialize:{t['size']}": ProbeItem(f"specialize:{t['size']}", methods.BASELINE, t["size"], "specialize")
-              for t in plan["trials"]}
+def probe_items(plan: Plan) -> list[ProbeItem]:
+    items = {f"pretrain:{r.method}:{r.size}": ProbeItem(f"pretrain:{r.method}:{r.size}", r.method, r.size, "pretrain")
+             for r in plan.runs}
+    items |= {f"specialize:{t.size}": ProbeItem(f"specialize:{t.size}", methods.BASELINE, t.size, "specialize")
+              for t in plan.trials}
     return list(items.values())
 
 
@@ -84,7 +85,7 @@ def _synthetic(folder: Path, rows: int, seq_len: int, vocab: int, k: int, seed: 
     return str(folder)
 
 
-def _measure(cfg: JobConfig, vocab: int, item: ProbeItem, work: Path) -> Rate:
+def _measure(cfg: SweepJob, vocab: int, item: ProbeItem, work: Path) -> Rate:
     """Time one item with the real loop, in this process."""
     import torch
 
@@ -125,7 +126,7 @@ def _measure(cfg: JobConfig, vocab: int, item: ProbeItem, work: Path) -> Rate:
     return Rate(step_s, len(valid) * (PROBE_EVAL_TOKENS // seq_len) * seq_len / eval_s, setup, save_s)
 
 
-def _probe_process(cfg: JobConfig, vocab: int, items: list[ProbeItem], root: str) -> dict[str, dict]:
+def _probe_process(cfg: SweepJob, vocab: int, items: list[ProbeItem], root: str) -> dict[str, dict]:
     import sys
 
     out = {}
@@ -137,7 +138,7 @@ def _probe_process(cfg: JobConfig, vocab: int, items: list[ProbeItem], root: str
     return out
 
 
-def probe(cfg: JobConfig, plan: dict, slots: int) -> dict[str, Rate]:
+def probe(cfg: SweepJob, plan: Plan, slots: int) -> dict[str, Rate]:
     """Every item of the plan timed in ``slots`` processes at once; the mean of the processes' rates."""
     from slm.tune.sweep import _vocab_and_seq_len
 
@@ -179,7 +180,7 @@ def tune_overhead(slots: int, cpus: float) -> dict:
     return {"per_trial_s": per_turn, "per_wave_s": max(0.0, walls[2] - 2 * per_turn)}
 
 
-def valid_tokens(cfg: JobConfig) -> dict[str, int | None]:
+def valid_tokens(cfg: SweepJob) -> dict[str, int | None]:
     """The valid tokens of each domain a run evaluates (``corpus.domains``), as packed; before the pack
     stage has run, every domain with None. A run evaluates the domains that are packed."""
     out = {}
@@ -213,44 +214,44 @@ def _schedule(durations: list[tuple[str, float, str | None]], slots: int) -> flo
     return max(ended.values(), default=0.0)
 
 
-def estimate(cfg: JobConfig, plan: dict, rates: dict[str, Rate], tune: dict, slots: int) -> dict:
+def estimate(cfg: SweepJob, plan: Plan, rates: dict[str, Rate], tune: dict, slots: int) -> dict:
     """The plan replayed with the measured rates: seconds of pretraining, of trials, and in all."""
     p, s = cfg.pretrain.train, cfg.specialize.train
     valid = valid_tokens(cfg)
     runs = []
-    small = f"pretrain:{methods.BASELINE}:{plan['small']}"
-    for r in plan["runs"]:
-        rate = rates[f"pretrain:{r['method']}:{r['size']}"]
-        every = r["eval_every"] or p.eval_every  # as slm.tune.sweep.run_config sets it
-        periodic = r["steps"] // every if every else 0
-        evals = 1 + periodic + (0 if every and r["steps"] % every == 0 else 1)  # before, every `every`, at the end
-        saves = len(r["snapshots"]) + (r["steps"] // p.checkpoint_every if p.checkpoint_every else 0) + 1
+    small = f"pretrain:{methods.BASELINE}:{plan.small}"
+    for r in plan.runs:
+        rate = rates[f"pretrain:{r.method}:{r.size}"]
+        every = r.eval_every or p.eval_every  # as slm.tune.sweep.run_config sets it
+        periodic = r.steps // every if every else 0
+        evals = 1 + periodic + (0 if every and r.steps % every == 0 else 1)  # before, every `every`, at the end
+        saves = len(r.snapshots) + (r.steps // p.checkpoint_every if p.checkpoint_every else 0) + 1
         # SALT: the small teacher's forward on each KD step, at its evaluation rate.
-        kd = r["kd_steps"] * p.batch_size * cfg.pack.seq_len / rates[small].eval_tokens_per_s if r["teacher"] else 0.0
-        seconds = (rate.setup_s + r["steps"] * rate.step_s + evals * _eval_tokens(p, valid) / rate.eval_tokens_per_s
+        kd = r.kd_steps * p.batch_size * cfg.pack.seq_len / rates[small].eval_tokens_per_s if r.teacher else 0.0
+        seconds = (rate.setup_s + r.steps * rate.step_s + evals * _eval_tokens(p, valid) / rate.eval_tokens_per_s
                    + saves * rate.save_s + kd)
-        runs.append((r["name"], seconds, r["teacher"]))
+        runs.append((r.name, seconds, r.teacher))
     pretrain_s = _schedule(runs, slots)
     trials_s, per_trial = 0.0, {}
-    for wave in sorted({t["wave"] for t in plan["trials"]}):
+    for _, trials in plan.waves():
         durations = []
-        for t in (t for t in plan["trials"] if t["wave"] == wave):
-            rate = rates[f"specialize:{t['size']}"]
-            own = {t["domain"]: valid.get(t["domain"])}  # a trial evaluates its own domain
-            seconds = (tune["per_trial_s"] + rate.setup_s + t["specialize_steps"] * rate.step_s
+        for t in trials:
+            rate = rates[f"specialize:{t.size}"]
+            own = {t.domain: valid.get(t.domain)}  # a trial evaluates its own domain
+            seconds = (tune["per_trial_s"] + rate.setup_s + t.specialize_steps * rate.step_s
                        + 2 * _eval_tokens(s, own) / rate.eval_tokens_per_s + rate.save_s)
-            if t["teacher"]:  # the teacher's forward on every step
-                seconds += (t["specialize_steps"] * s.batch_size * cfg.pack.seq_len
-                            / rates[f"specialize:{plan['large']}"].eval_tokens_per_s)
-            per_trial[t["name"]] = seconds
-            durations.append((t["name"], seconds, None))
+            if t.teacher:  # the teacher's forward on every step
+                seconds += (t.specialize_steps * s.batch_size * cfg.pack.seq_len
+                            / rates[f"specialize:{plan.large}"].eval_tokens_per_s)
+            per_trial[t.name] = seconds
+            durations.append((t.name, seconds, None))
         trials_s += tune["per_wave_s"] + _schedule(durations, slots)
     return {"pretrain_s": pretrain_s, "trials_s": trials_s, "total_s": pretrain_s + trials_s,
             "mean_trial_s": float(np.mean(list(per_trial.values()))) if per_trial else 0.0,
             "valid_tokens": valid, "slots": slots}
 
 
-def probe_and_estimate(cfg: JobConfig, plan: dict) -> dict:
+def probe_and_estimate(cfg: SweepJob, plan: Plan) -> dict:
     """The probe (``slots`` = the cores ÷ a run's CPUs, as the sweep schedules), Tune's overhead, the
     estimate; with what was measured, so that a later check can see where it was off."""
     from slm.runtime import init_ray

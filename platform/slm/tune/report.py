@@ -19,6 +19,7 @@ black and not joined, the points that no front point costing no more beats at 95
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ import numpy as np
 from slm import methods
 from slm.artifacts import atomic_path, atomic_write_json, atomic_write_text
 from slm.tune.claims import Design, write_claims
+from slm.tune.plan import Plan
 from slm.tune.results import (
     aggregate,
     difference,
@@ -155,13 +157,13 @@ def _figure(path: Path, grid: list[list[tuple[str, list[dict]]]], cost, xlabel: 
     plt.close(fig)
 
 
-def read_plan(sweep: Path) -> dict:
+def read_plan(sweep: Path) -> Plan:
     """The sweep's plan (``plan.json``, written before its first trial): the rows the claims need."""
     path = sweep / "plan.json"
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: the claims check reads the rows it needs from the sweep's "
                                 "plan; rerun `slm sweep` on the same spec (finished runs and trials are kept)")
-    return json.loads(path.read_text())
+    return Plan.from_json(json.loads(path.read_text()))
 
 
 class CombineError(ValueError):
@@ -186,27 +188,27 @@ def sweep_folders(paths: list[str | Path]) -> list[Path]:
     return list(dict.fromkeys(folders))
 
 
-def combine(folders: list[Path], plan: dict | None = None) -> tuple[list[dict], dict, list[dict], list[str]]:
+def combine(folders: list[Path], plan: Plan | None = None) -> tuple[list[dict], Plan, list[dict], list[str]]:
     """Several sweeps' tables as one: their trials, the plan they answer (``plan``, the whole design's,
     or the union of theirs), their curves, and the planned trials none of them has, by name. Refused
     (``CombineError``, naming the folders and what differs) when they trained on different data (their
     plans' data fingerprints), disagree on the small or large model, or share a trial."""
     plans = {f: read_plan(f) for f in folders}
-    prints = {f: p.get("data", {}).get("fingerprint") for f, p in plans.items()}
+    prints = {f: p.data.fingerprint if p.data else None for f, p in plans.items()}
     unknown = [str(f) for f, fp in prints.items() if fp is None]
     if len(folders) > 1 and unknown:
         raise CombineError(f"no data fingerprint in the plan of {unknown}: a sweep run before tables could be combined; "
                            "rerun it (finished runs and trials are kept) to record one")
     if len(set(prints.values())) > 1:
         first = folders[0]
-        differ = {str(f): sorted(k for k in set(plans[f]["data"]["sets"]) | set(plans[first]["data"]["sets"])
-                                 if plans[f]["data"]["sets"].get(k) != plans[first]["data"]["sets"].get(k))
+        differ = {str(f): sorted(k for k in set(plans[f].data.sets) | set(plans[first].data.sets)
+                                 if plans[f].data.sets.get(k) != plans[first].data.sets.get(k))
                   for f in folders[1:] if prints[f] != prints[first]}
         raise CombineError("these sweeps trained or evaluated on different data, so their tables are not one study: "
                            + "; ".join(f"{f} differs from {first} in {sets}" for f, sets in differ.items())
                            + " (same pinned clusters, corpus and tokenizer give the same packed sets)")
     for key in ("small", "large"):
-        values = {p[key] for p in plans.values()} | ({plan[key]} if plan else set())
+        values = {getattr(p, key) for p in plans.values()} | ({getattr(plan, key)} if plan else set())
         if len(values) > 1:
             raise CombineError(f"the sweeps disagree on the {key} model: {sorted(map(str, values))}")
     trials, seen = [], {}
@@ -216,17 +218,17 @@ def combine(folders: list[Path], plan: dict | None = None) -> tuple[list[dict], 
                 raise CombineError(f"trial {t['trial']} is in both {seen[t['trial']]} and {f}: give each part once")
             seen[t["trial"]] = f
             trials.append(t)
-    entropies = {k: v for p in plans.values() for k, v in p.get("histogram_entropy", {}).items()}
+    entropies = {k: v for p in plans.values() for k, v in p.histogram_entropy.items()}
     if plan is None:
-        plan = dict(plans[folders[0]])
-        plan["runs"] = list({r["name"]: r for p in plans.values() for r in p["runs"]}.values())
-        plan["trials"] = list({t["name"]: t for p in plans.values() for t in p["trials"]}.values())
-        plan["sizes"] = {k: v for p in plans.values() for k, v in p["sizes"].items()}
+        plan = replace(plans[folders[0]],
+                       runs=tuple({r.name: r for p in plans.values() for r in p.runs}.values()),
+                       trials=tuple({t.name: t for p in plans.values() for t in p.trials}.values()),
+                       sizes={k: v for p in plans.values() for k, v in p.sizes.items()})
     # A design planned before its data was made (`--dry-run`) has no histograms: the parts measured them.
-    plan = {**plan, "histogram_entropy": plan.get("histogram_entropy") or entropies,
-            "data": plans[folders[0]].get("data", {}), "parts": [str(f) for f in folders]}
+    plan = replace(plan, histogram_entropy=plan.histogram_entropy or entropies, data=plans[folders[0]].data,
+                   parts=tuple(str(f) for f in folders))
     curves = [c for f in folders for c in read_curves(f)]
-    missing = sorted(t["name"] for t in plan["trials"] if t["name"] not in seen)
+    missing = sorted(t.name for t in plan.trials if t.name not in seen)
     return trials, plan, curves, missing
 
 
@@ -234,13 +236,13 @@ def report_tables(paths: list[str | Path], out: str | Path, plan: str | Path | N
     """``slm report --tables A B …``: the sweeps' tables combined (``combine``) into ``out`` (results,
     curves and plan, as one sweep's), then its report over their union: the table, the plots, claims.md."""
     folders = sweep_folders(paths)
-    design = json.loads(Path(plan).read_text()) if plan else None
+    design = Plan.from_json(json.loads(Path(plan).read_text())) if plan else None
     trials, combined, curves, missing = combine(folders, design)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_table(trials, out)
     write_curve_rows(curves, out / "curves.parquet")
-    atomic_write_json(out / "plan.json", combined)
+    atomic_write_json(out / "plan.json", combined.to_json())
     if missing:
         print(f"[report] {len(missing)} planned trials are in none of the tables (their comparisons are "
               f"inconclusive in claims.md): {', '.join(missing[:10])}" + (" …" if len(missing) > 10 else ""), flush=True)

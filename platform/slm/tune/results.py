@@ -22,7 +22,8 @@ import pyarrow.parquet as pq
 
 from slm import methods
 from slm.artifacts import atomic_path
-from slm.layout import RunLayout
+from slm.layout import RunLayout, Snapshot
+from slm.tune.plan import PretrainRun, Trial
 from slm.tune.stats import Difference, welch_from_summary
 
 COLUMNS = ["method", "size", "expert", "params", "inference_flops_per_token", "pretrain_steps", "pretrain_flops",
@@ -43,29 +44,30 @@ def finite(x) -> bool:
     return x is not None and math.isfinite(x)
 
 
-def row(t: dict, m: dict, snapshots: dict, teacher: dict | None = None, teacher_snapshots: dict | None = None) -> dict:
-    """A trial's line of the results table. A distilled student's costs include its teacher's: the large
-    model's pretraining is generic (paid once), its specialization per domain."""
-    snap = snapshots[str(t["pretrain_steps"])]
-    pre, spec = snap["cost"], m["cost"]
+def row(t: Trial, m: dict, snapshot: Snapshot, teacher: dict | None = None,
+        teacher_snapshot: Snapshot | None = None) -> dict:
+    """A trial's line of the results table: ``m`` its specialization's manifest, ``snapshot`` the one it
+    started from. A distilled student's costs include its teacher's (``teacher``: the teacher's
+    specialization manifest, ``teacher_snapshot``: what the teacher started from): the large model's
+    pretraining is generic (paid once), its specialization per domain."""
+    spec = m["cost"]
     # SLM-is: C_generic = 0, all of it per domain (a distilled student is the generic model's)
-    domain_specific = t["method"] != methods.DISTILLED and methods.get(t["method"]).per_domain
-    pre_flops, pre_seconds = pre["flops"], pre["device_seconds"]
+    domain_specific = t.method != methods.DISTILLED and methods.get(t.method).per_domain
+    pre_flops, pre_seconds = snapshot.flops, snapshot.device_seconds
     spec_flops, spec_seconds = spec["flops"], spec["device_seconds"]
     if teacher is not None:
-        teacher_pre = teacher_snapshots[str(t["pretrain_steps"])]["cost"]
-        pre_flops, pre_seconds = pre_flops + teacher_pre["flops"], pre_seconds + teacher_pre["device_seconds"]
+        pre_flops, pre_seconds = pre_flops + teacher_snapshot.flops, pre_seconds + teacher_snapshot.device_seconds
         spec_flops += teacher["cost"]["flops"]
         spec_seconds += teacher["cost"]["device_seconds"]
-    d = t["domain"]
+    d = t.domain
     return {
-        "trial": t["name"], "setting": t["setting"], "seed": t["seed"], "method": t["method"], "size": t["size"],
-        "expert": t["expert"], "params": m["params"],
-        "inference_flops_per_token": m["inference_flops_per_token"], "pretrain_steps": t["pretrain_steps"],
+        "trial": t.name, "setting": t.setting, "seed": t.seed, "method": t.method, "size": t.size,
+        "expert": t.expert, "params": m["params"],
+        "inference_flops_per_token": m["inference_flops_per_token"], "pretrain_steps": t.pretrain_steps,
         "pretrain_flops": pre_flops, "pretrain_device_seconds": pre_seconds,
         "generic_flops": 0.0 if domain_specific else pre_flops,
         "generic_device_seconds": 0.0 if domain_specific else pre_seconds,
-        "domain": d, "domain_tokens": t["domain_tokens"], "specialize_steps": t["specialize_steps"],
+        "domain": d, "domain_tokens": t.domain_tokens, "specialize_steps": t.specialize_steps,
         "specialize_flops": spec_flops, "specialize_device_seconds": spec_seconds,
         "per_domain_flops": spec_flops + (pre_flops if domain_specific else 0.0),
         "per_domain_device_seconds": spec_seconds + (pre_seconds if domain_specific else 0.0),
@@ -74,7 +76,7 @@ def row(t: dict, m: dict, snapshots: dict, teacher: dict | None = None, teacher_
         # the measure's own noise: the standard error of the mean loss from sampling the valid rows
         "eval_loss_se": m["eval"][d]["loss_se"],
         # what a scheduler compares (ASHA's intermediate reports carry the training loss at "step")
-        "loss": m["eval"][d]["loss"], "step": t["specialize_steps"],
+        "loss": m["eval"][d]["loss"], "step": t.specialize_steps,
     }
 
 
@@ -134,21 +136,21 @@ def menu(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r.get("expert") is None]
 
 
-def write_curves(runs: list[dict], layout: RunLayout, out: Path) -> Path:
+def write_curves(runs: tuple[PretrainRun, ...], layout: RunLayout, out: Path) -> Path:
     """Every evaluation the pretraining runs logged (``metrics.jsonl`` rows with ``eval.macro.*``: the
     macro average over the valid domains of the model each domain is served by), a row each, in
     ``curves.parquet``: how each run's valid loss fell with its steps (C5, the saturation check)."""
     rows = []
     for run in runs:
-        log = layout.pretrained(run["name"]).metrics
+        log = layout.pretrained(run.name).metrics
         seen: dict[int, dict] = {}  # a resumed run logs the steps after its checkpoint twice: keep the last
         for line in log.read_text().splitlines() if log.exists() else []:
             m = json.loads(line)
             if "eval.macro.loss" in m:
                 seen[m["step"]] = m
         for step, m in sorted(seen.items()):
-            rows.append({"run": run["name"], "role": run["role"], "method": run["method"], "size": run["size"],
-                         "seed": run["seed"], "step": step, "tokens": m["tokens"], "flops": m["flops"],
+            rows.append({"run": run.name, "role": run.role, "method": run.method, "size": run.size,
+                         "seed": run.seed, "step": step, "tokens": m["tokens"], "flops": m["flops"],
                          "loss": m["eval.macro.loss"], "perplexity": m["eval.macro.perplexity"],
                          "accuracy": m["eval.macro.accuracy"]})
     return write_curve_rows(rows, out / "curves.parquet")

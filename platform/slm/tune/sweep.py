@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -42,39 +42,39 @@ from ray.tune.schedulers import ASHAScheduler
 
 from slm import methods
 from slm.artifacts import atomic_write_json, read_manifest
-from slm.config import ConfigError, config_hash
+from slm.config import config_hash
 from slm.data.histogram import coarse_histograms, entropy
-from slm.job import JobConfig
 from slm.layout import RunLayout, TrainOutput
 from slm.models.config import size_config
 from slm.models.gpt import ModelConfigError
 from slm.runtime import init_ray
 from slm.train.budget import dense_flops_per_token
 from slm.train.config import BudgetConfig
-from slm.train.data import arrays_digest
+from slm.train.data import arrays_digest, packed_arrays, valid_arrays
 from slm.train.hardware import planning_peak
-from slm.train.trainer import gpt_config, packed, pretrain, pretrain_data, specialize, valid_sets, vocab_size
+from slm.train.trainer import gpt_config, pretrain, pretrain_data, specialize
+from slm.tune.config import SweepJob
+from slm.tune.plan import (
+    DataFingerprint,
+    Plan,
+    PlanInputs,
+    PretrainRun,
+    SizeCost,
+    SweepSpecError,
+    Trial,
+    check_spec,
+    compared_methods,
+    format_plan,
+    make_plan,
+)
 from slm.tune.results import row, write_curves, write_table
 
 
-class SweepSpecError(ConfigError):
-    """A sweep spec that cannot run; raised before any trial starts."""
-
-
-def sweep_dir(cfg: JobConfig) -> Path:
+def sweep_dir(cfg: SweepJob) -> Path:
     return RunLayout.of(cfg).sweep
 
 
-def pretrain_name(method: str, size: str, domain: str | None) -> str:
-    return f"{method}-{domain}-{size}" if domain else f"{method}-{size}"
-
-
-def seed_suffix(seed: int | None) -> str:
-    """What a seed adds to a run's and a trial's name; nothing without a seed axis."""
-    return "" if seed is None else f"-seed{seed}"
-
-
-def _sizes(cfg: JobConfig, names: list[str]) -> dict[str, dict]:
+def _sizes(cfg: SweepJob, names: list[str]) -> dict[str, SizeCost]:
     vocab, seq_len = _vocab_and_seq_len(cfg)
     sizes = {}
     for size in names:
@@ -83,8 +83,7 @@ def _sizes(cfg: JobConfig, names: list[str]) -> dict[str, dict]:
         except ModelConfigError as err:
             key = "sweep.large_size" if size == cfg.sweep.large_size else "sweep.sizes"
             raise SweepSpecError(f"config key '{key}': {size!r}: {err}") from err
-        sizes[size] = {"train_flops_per_token": dense_flops_per_token(gpt),
-                       "inference_flops_per_token": dense_flops_per_token(gpt, training=False)}
+        sizes[size] = SizeCost(dense_flops_per_token(gpt), dense_flops_per_token(gpt, training=False))
     return sizes
 
 
@@ -95,147 +94,53 @@ def _make_hint(layout: RunLayout, domain: str, *sets: str) -> str:
             f"'resample.domains=[{domain}]' 'pack.sets=[{', '.join(sets)}]'`")
 
 
-def plan(cfg: JobConfig, check_data: bool = True) -> dict:
-    """Every pretraining run and trial of ``cfg.sweep``, validated, with estimated costs.
-    ``check_data=False`` (a dry run on another machine than the cluster's) skips the packed-data checks."""
-    methods.check_job(cfg)
-    sw = cfg.sweep
-    compared = methods.sweep_methods(cfg)
-    domains = sw.domains or cfg.resample.all_domains
+def _check_data(cfg: SweepJob, domains: list[str]) -> None:
+    """Every domain's packed sets and every compared method's pretraining set, there before anything runs."""
     layout = RunLayout.of(cfg)
-    for d in domains if check_data else []:
+    for d in domains:
         missing = [p for p in (layout.packed_domain(d), layout.packed_valid(d)) if not (p / "data").exists()]
         if missing:
             raise SweepSpecError(f"config key 'sweep.domains': {d!r} has no packed "
                                  f"{' or '.join(str(p) for p in missing)}: {_make_hint(layout, d, 'domain', 'resampled', 'valid')}")
-        for name in compared:
+        for name in compared_methods(cfg.sweep):
             subset = layout.packed(methods.get(name).pretrain_set(d))
             if not (subset / "data").exists():
                 raise SweepSpecError(f"config key 'sweep.methods': {name} for {d!r} pretrains on {subset}, "
                                      f"which is not packed: "
                                      f"{_make_hint(layout, d, subset.relative_to(layout.packed('')).parts[0])}")
-    sizes = _sizes(cfg, list(dict.fromkeys([*sw.sizes, *([sw.large_size] if sw.large_size else [])])))
-    for size in sw.sizes:
-        inference = sizes[size]["inference_flops_per_token"]
-        if sw.inference_budget and inference > sw.inference_budget:
-            raise SweepSpecError(f"config key 'sweep.sizes': {size!r} costs {inference:.3g} inference FLOPs per token, "
-                                 f"over sweep.inference_budget={sw.inference_budget:.3g}")
-    small = min(sw.sizes, key=lambda s: sizes[s]["inference_flops_per_token"])
-    large = sw.large_size
-    if large and sizes[large]["inference_flops_per_token"] <= sizes[small]["inference_flops_per_token"]:
-        raise SweepSpecError(f"config key 'sweep.large_size': {large!r} is not larger than the smallest size {small!r}")
+
+
+def plan(cfg: SweepJob, check_data: bool = True) -> Plan:
+    """Every pretraining run and trial of ``cfg.sweep`` (``slm.tune.plan.make_plan``), from what this run
+    directory holds: its tokenizer's vocabulary for the sizes' FLOPs, its packed data (checked unless
+    ``check_data=False``: a dry run on another machine than the cluster's), the peak of this machine."""
+    check_spec(cfg.sweep)
+    sw = cfg.sweep
+    domains = sw.domains or cfg.resample.all_domains
+    if check_data:
+        _check_data(cfg, domains)
     p_train, s_train = cfg.pretrain.train, cfg.specialize.train
     _, seq_len = _vocab_and_seq_len(cfg)
-    pre_tokens = p_train.batch_size * seq_len * max(1, p_train.num_workers)
-    spec_tokens = s_train.batch_size * seq_len * max(1, s_train.num_workers)
-    longest, budgets = max(sw.pretrain_steps), sorted(set(sw.pretrain_steps))
-    all_tokens, all_k = sorted(set(sw.domain_tokens)), sorted(set(sw.specialize_steps))
-    seeds = sw.seeds or [None]
-    runs: list[dict] = []
-    trials: list[dict] = []
-
-    def add_run(name: str, method: str, size: str, domain: str | None, seed: int | None, snapshots: list[int],
-                role: str, teacher: str | None = None, kd_steps: int = 0, eval_every: int = 0) -> None:
-        steps = max(snapshots)
-        flops = sizes[size]["train_flops_per_token"] * pre_tokens * steps
-        if teacher:
-            flops += sizes[small]["inference_flops_per_token"] * pre_tokens * kd_steps
-        known = next((r for r in runs if r["name"] == name), None)
-        if known:  # the grid already trains it: it becomes the large run, with the large run's evaluations
-            known.update(role=role, eval_every=known["eval_every"] or eval_every)
-            return
-        runs.append({"name": name, "method": method, "size": size, "domain": domain, "seed": seed, "steps": steps,
-                     "snapshots": snapshots, "role": role, "teacher": teacher, "kd_steps": kd_steps,
-                     "eval_every": eval_every, "flops": flops})
-
-    def add_trial(source: str, method: str, size: str, steps: int, domain: str, tokens: int, k: int,
-                  seed: int | None, setting: str, role: str, expert: int | None = None, teacher: str | None = None,
-                  teacher_run: str | None = None, wave: int = 1) -> None:
-        name = setting + seed_suffix(seed)
-        if any(t["name"] == name for t in trials):
-            return
-        flops = sizes[size]["train_flops_per_token"] * spec_tokens * k
-        if teacher:
-            flops += sizes[large]["inference_flops_per_token"] * spec_tokens * k
-        trials.append({"source": source, "method": method, "size": size, "pretrain_steps": steps, "domain": domain,
-                       "domain_tokens": tokens, "specialize_steps": k, "seed": seed, "setting": setting, "name": name,
-                       "role": role, "expert": expert, "teacher": teacher, "teacher_run": teacher_run, "wave": wave,
-                       "flops": flops})
-
-    def on(d: str) -> str:
-        """What names a trial's domain in its setting (a run pretrained for one domain names it already)."""
-        return f"-{d}" if len(domains) > 1 else ""
-
-    def cell(d: str, steps: int, tokens: int, k: int) -> str:
-        return f"{on(d).lstrip('-')}{'-' if on(d) else ''}p{steps}-t{tokens}-s{k}"
-
-    for method in compared:
-        for size in sw.sizes:
-            for domain in (domains if methods.get(method).per_domain else [None]):
-                base = pretrain_name(method, size, domain)
-                for seed in seeds:
-                    add_run(base + seed_suffix(seed), method, size, domain, seed, budgets, "grid")
-                    for steps in budgets:
-                        for d in ([domain] if domain else domains):
-                            for tokens in all_tokens:
-                                for k in all_k:
-                                    add_trial(base + seed_suffix(seed), method, size, steps, d, tokens, k, seed,
-                                              f"{base}{'' if domain else on(d)}-p{steps}-t{tokens}-s{k}", "grid")
-    student = pretrain_name(methods.BASELINE, small, None)
-    if large:
-        teacher_base = pretrain_name(methods.BASELINE, large, None)
-        large_steps = sw.large_steps or longest
-        large_curve_every = sw.curve_every or max(1, large_steps // 20)
-        for seed in seeds:
-            add_run(teacher_base + seed_suffix(seed), methods.BASELINE, large, None, seed, [large_steps], "large",
-                    eval_every=large_curve_every)
-        if sw.salt_kd_share:
-            kd_steps = max(1, round(sw.salt_kd_share * large_steps))
-            for seed in seeds:
-                add_run(f"salt-{large}" + seed_suffix(seed), methods.BASELINE, large, None, seed, [large_steps], "salt",
-                        teacher=student + seed_suffix(seed), kd_steps=kd_steps, eval_every=large_curve_every)
-        if sw.distill:
-            for seed in seeds:
-                for d in domains:
-                    for tokens in all_tokens:
-                        for k in all_k:
-                            teacher = f"{teacher_base}-{cell(d, large_steps, tokens, k)}"
-                            add_trial(teacher_base + seed_suffix(seed), methods.BASELINE, large, large_steps, d, tokens,
-                                      k, seed, teacher, "teacher")
-                            add_trial(student + seed_suffix(seed), methods.DISTILLED, small, longest, d, tokens, k, seed,
-                                      f"{methods.DISTILLED}-{small}-from-{large}-{cell(d, longest, tokens, k)}",
-                                      "distill", teacher=teacher + seed_suffix(seed),
-                                      teacher_run=teacher_base + seed_suffix(seed), wave=2)
-    if sw.all_experts:
-        experts = cfg.pretrain.model.n_experts or cfg.cluster.k
-        base = pretrain_name(methods.SLM_MIX, small, None)
-        for seed in seeds:
-            for d in domains:
-                for e in range(experts):
-                    add_trial(base + seed_suffix(seed), methods.SLM_MIX, small, longest, d, all_tokens[0], all_k[0], seed,
-                              f"{base}-{cell(d, longest, all_tokens[0], all_k[0])}-e{e}", "experts", expert=e)
-    # A teacher trains before its student: SALT's runs after the grid's.
-    runs.sort(key=lambda r: r["teacher"] is not None)
-    total = sum(r["flops"] for r in runs) + sum(t["flops"] for t in trials)
     peak = planning_peak(p_train)
-    device_flops = peak.flops * sw.assumed_mfu
-    return {"runs": runs, "trials": trials, "sizes": sizes, "small": small, "large": large or None,
-            "histogram_entropy": histogram_entropy(layout, domains) if check_data else {},
-            "estimate": {"pretrain_flops": sum(r["flops"] for r in runs),
-                         "specialize_flops": sum(t["flops"] for t in trials), "total_flops": total,
-                         "device_seconds": total / device_flops, "assumed_mfu": sw.assumed_mfu,
-                         "peak_flops_per_device": peak.flops, "peak_flops_source": peak.source}}
+    inputs = PlanInputs(
+        domains=tuple(domains),
+        sizes=_sizes(cfg, list(dict.fromkeys([*sw.sizes, *([sw.large_size] if sw.large_size else [])]))),
+        pretrain_tokens_per_step=p_train.batch_size * seq_len * max(1, p_train.num_workers),
+        specialize_tokens_per_step=s_train.batch_size * seq_len * max(1, s_train.num_workers),
+        experts=cfg.pretrain.model.n_experts or cfg.cluster.k, peak_flops=peak.flops, peak_flops_source=peak.source)
+    entropy = histogram_entropy(RunLayout.of(cfg), domains) if check_data else {}
+    return make_plan(sw, inputs, entropy)
 
 
-def data_digests(cfg: JobConfig, p: dict) -> dict:
+def data_digests(cfg: SweepJob, p: Plan) -> DataFingerprint:
     """The digest of every packed set the plan trains or evaluates on (made into arrays here, once) and
     their fingerprint: the report combines only tables of sweeps with the same fingerprint."""
-    domains = sorted({t["domain"] for t in p["trials"]})
-    sets = {methods.get(r["method"]).pretrain_set(r["domain"] or cfg.resample.domain) for r in p["runs"]}
+    domains = sorted({t.domain for t in p.trials})
+    sets = {methods.get(r.method).pretrain_set(r.domain or cfg.resample.domain) for r in p.runs}
     sets |= {f"domain/{d}" for d in domains}
-    sets = {name: arrays_digest(packed(cfg.run.dir, cfg, name)) for name in sorted(sets)}
-    sets |= {f"valid/{d}": arrays_digest(path) for d, path in valid_sets(cfg.run.dir, cfg, list(cfg.corpus.domains)).items()}
-    return {"sets": dict(sorted(sets.items())), "fingerprint": config_hash(sorted(sets.items()))}
+    sets = {name: arrays_digest(packed_arrays(RunLayout.of(cfg), name)) for name in sorted(sets)}
+    sets |= {f"valid/{d}": arrays_digest(path) for d, path in valid_arrays(RunLayout.of(cfg), list(cfg.corpus.domains)).items()}
+    return DataFingerprint(dict(sorted(sets.items())), config_hash(sorted(sets.items())))
 
 
 def histogram_entropy(layout: RunLayout, domains: list[str]) -> dict[str, float]:
@@ -247,55 +152,39 @@ def histogram_entropy(layout: RunLayout, domains: list[str]) -> dict[str, float]
     return {d: entropy(np.asarray(hist[d])) for d in domains if d in hist}
 
 
-def _vocab_and_seq_len(cfg: JobConfig) -> tuple[int, int]:
+def _vocab_and_seq_len(cfg: SweepJob) -> tuple[int, int]:
     """From the run's tokenizer and packed data, or the config when they are not made yet (a dry run)."""
     made = RunLayout.of(cfg).tokenizer_json.exists()
-    return (vocab_size(cfg.run.dir, cfg) if made else cfg.tokenizer.vocab_size), cfg.pack.seq_len
-
-
-def format_plan(p: dict) -> str:
-    lines = [f"{len(p['runs'])} pretraining runs (each to its largest budget, snapshots at the others):"]
-    lines += [f"  {r['name']:<32} {r['steps']:>7} steps  snapshots {r['snapshots']}  {r['flops']:.3g} FLOPs"
-              + (f"  teacher {r['teacher']} for {r['kd_steps']} steps" if r["teacher"] else "")
-              for r in p["runs"]]
-    lines.append(f"{len(p['trials'])} specialization trials:")
-    lines += [f"  {t['name']:<48} domain {t['domain']:<12} {t['flops']:.3g} FLOPs"
-              + (f"  wave {t['wave']}, teacher {t['teacher']}" if t["teacher"] else "") for t in p["trials"]]
-    e = p["estimate"]
-    lines.append(f"estimated cost: {e['pretrain_flops']:.3g} FLOPs pretraining + {e['specialize_flops']:.3g} "
-                 f"specialization = {e['total_flops']:.3g} FLOPs ≈ {e['device_seconds'] / 3600:.3g} device-hours "
-                 f"at {100 * e['assumed_mfu']:.0f}% of {e['peak_flops_per_device']:.3g} FLOP/s "
-                 f"({e['peak_flops_source']})")
-    return "\n".join(lines)
+    return (RunLayout.of(cfg).vocab_size() if made else cfg.tokenizer.vocab_size), cfg.pack.seq_len
 
 
 # ------------------------------------------------------------------------------------------ running
 
 
-def run_config(cfg: JobConfig, run: dict) -> JobConfig:
-    """The job a sweep's pretraining run is: its method, size, budget, snapshots, seed, teacher
+def run_config(cfg: SweepJob, run: PretrainRun) -> SweepJob:
+    """The job a sweep's pretraining run is: its method, size, domain, budget, snapshots, seed, teacher
     (``dataclasses.replace`` on the typed sections: no value goes through text)."""
-    p, size = cfg.pretrain, size_config(run["size"])
-    train = replace(p.train, budget=BudgetConfig(steps=run["steps"]),
-                    seed=p.train.seed if run["seed"] is None else run["seed"],
-                    eval_every=run["eval_every"] or p.train.eval_every)
+    p, size = cfg.pretrain, size_config(run.size)
+    train = replace(p.train, budget=BudgetConfig(steps=run.steps),
+                    seed=p.train.seed if run.seed is None else run.seed,
+                    eval_every=run.eval_every or p.train.eval_every)
     teacher = p.teacher
-    if run["teacher"]:
-        teacher = replace(teacher, checkpoint=str(RunLayout.of(cfg).pretrained(run["teacher"]).model),
-                          kd_steps=run["kd_steps"])
-    pretrain = replace(p, method=run["method"], name=run["name"], snapshot_steps=run["snapshots"], train=train,
+    if run.teacher:
+        teacher = replace(teacher, checkpoint=str(RunLayout.of(cfg).pretrained(run.teacher).model),
+                          kd_steps=run.kd_steps)
+    pretrain = replace(p, method=run.method, name=run.name, domain=run.domain or p.domain,
+                       snapshot_steps=list(run.snapshots), train=train,
                        model=replace(p.model, depth=size.depth, preset=size.preset), teacher=teacher)
-    resample = replace(cfg.resample, domain=run["domain"]) if run["domain"] else cfg.resample
-    return replace(cfg, pretrain=pretrain, resample=resample)
+    return replace(cfg, pretrain=pretrain)
 
 
-def _pretrain_task(cfg: JobConfig, *teachers) -> str:
+def _pretrain_task(cfg: SweepJob, *teachers) -> str:
     """One pretraining run in a Ray task (``teachers``: the runs it waits for, already finished)."""
-    pretrain(cfg, cfg.run.dir)
+    pretrain(cfg)
     return cfg.pretrain.run_name
 
 
-def pretrain_all(cfg: JobConfig, runs: list[dict]) -> None:
+def pretrain_all(cfg: SweepJob, runs: tuple[PretrainRun, ...]) -> None:
     """Every pretraining run of the plan. Ray Train runs go one at a time from this driver; runs in their
     own process are Ray tasks, as many at once as the cluster's resources allow, a SALT run after its
     teacher (Ray passes the teacher's result as the task's argument, so it waits for it)."""
@@ -303,53 +192,57 @@ def pretrain_all(cfg: JobConfig, runs: list[dict]) -> None:
     if train.num_workers:
         for run in runs:
             run_cfg = run_config(cfg, run)
-            pretrain(run_cfg, run_cfg.run.dir)
+            pretrain(run_cfg)
         return
     # The arrays every run memory-maps, made here once rather than by two tasks at the same time.
     for run in runs:
-        pretrain_data(run_config(cfg, run), cfg.run.dir)
-    valid_sets(cfg.run.dir, cfg, list(cfg.corpus.domains))
+        pretrain_data(run_config(cfg, run))
+    valid_arrays(RunLayout.of(cfg), list(cfg.corpus.domains))
     task = ray.remote(_pretrain_task)
     resources = {"num_cpus": train.cpus_per_worker, "num_gpus": 1 if train.use_gpu else 0, "max_retries": 0}
     refs: dict[str, ray.ObjectRef] = {}
     for run in runs:
-        teachers = [refs[run["teacher"]]] if run["teacher"] in refs else []
+        teachers = [refs[run.teacher]] if run.teacher in refs else []
         # named after the run: the dashboard's task list and timeline say which run each process is
-        refs[run["name"]] = task.options(name=f"pretrain:{run['name']}", **resources).remote(
-            run_config(cfg, run), *teachers)
+        refs[run.name] = task.options(name=f"pretrain:{run.name}", **resources).remote(run_config(cfg, run), *teachers)
     ray.get(list(refs.values()))
 
 
-def trial_config(cfg: JobConfig, t: dict) -> JobConfig:
+def trial_config(cfg: SweepJob, t: Trial) -> SweepJob:
     """The job a trial is: the snapshot it specializes, its domain, data and step budgets, seed, expert
     (C6) and teacher (distillation: wave 1's specialized large model for the same cell and seed)."""
     s = cfg.specialize
-    train = replace(s.train, budget=BudgetConfig(steps=t["specialize_steps"]),
-                    seed=s.train.seed if t["seed"] is None else t["seed"])
-    teacher = replace(s.teacher, checkpoint=str(teacher_output(cfg, t).model)) if t["teacher"] else s.teacher
-    specialize = replace(s, source=str(RunLayout.of(cfg).pretrained(t["source"]).snapshot(t["pretrain_steps"])),
-                         name=t["name"], domain=t["domain"], domain_tokens=t["domain_tokens"], train=train,
-                         expert=s.expert if t["expert"] is None else t["expert"], teacher=teacher)
+    train = replace(s.train, budget=BudgetConfig(steps=t.specialize_steps),
+                    seed=s.train.seed if t.seed is None else t.seed)
+    teacher = replace(s.teacher, checkpoint=str(teacher_output(cfg, t).model)) if t.teacher else s.teacher
+    specialize = replace(s, source=str(RunLayout.of(cfg).pretrained(t.source).snapshot(t.pretrain_steps)),
+                         name=t.name, domain=t.domain, domain_tokens=t.domain_tokens, train=train,
+                         expert=s.expert if t.expert is None else t.expert, teacher=teacher)
     return replace(cfg, specialize=specialize)
 
 
-def teacher_output(cfg: JobConfig, t: dict) -> TrainOutput:
-    return RunLayout.of(cfg).specialized(t["domain"], t["teacher"])
+def teacher_output(cfg: SweepJob, t: Trial) -> TrainOutput:
+    return RunLayout.of(cfg).specialized(t.domain, t.teacher)
 
 
-def specialize_trial(config: dict, job: JobConfig, snapshots: dict[str, str], trials_log: str) -> None:
+def specialize_trial(config: dict, job: SweepJob, runs: dict[str, PretrainRun], trials_log: str) -> None:
     """The Tune function trainable: one specialization of one snapshot. Tune's search space is the trial
-    alone; the job and the snapshots' index come through ``tune.with_parameters`` (Ray's object store),
-    so that they are neither copied into every trial's config nor flattened into Tune's result columns."""
-    t = config["trial"]
+    alone (as a dict: Tune flattens it into its columns); the job and the plan's runs come through
+    ``tune.with_parameters`` (Ray's object store), so that they are neither copied into every trial's
+    config nor flattened into Tune's result columns."""
+    t = Trial(**config["trial"])
     cfg = trial_config(job, t)
     log = Path(trials_log)
     with log.open("a") as f:  # an audit line per trial start: what a restored sweep ran again
-        f.write(json.dumps({"trial": t["name"], "started": time.time()}) + "\n")
-    m = specialize(cfg, cfg.run.dir)
-    teacher = read_manifest(teacher_output(cfg, t).dir) if t["teacher"] else None
-    ray.tune.report(row(t, m, json.loads(Path(snapshots[t["source"]]).read_text()), teacher,
-                        json.loads(Path(snapshots[t["teacher_run"]]).read_text()) if teacher else None))
+        f.write(json.dumps({"trial": t.name, "started": time.time()}) + "\n")
+    m = specialize(cfg)
+    layout = RunLayout.of(cfg)
+    snapshot = layout.pretrained(t.source).read_snapshots()[t.pretrain_steps]
+    teacher = teacher_snapshot = None
+    if t.teacher:  # the teacher specialized the teacher run's last snapshot (sweep.large_steps)
+        teacher = read_manifest(teacher_output(cfg, t).dir)
+        teacher_snapshot = layout.pretrained(t.teacher_run).read_snapshots()[runs[t.teacher_run].steps]
+    ray.tune.report(row(t, m, snapshot, teacher, teacher_snapshot))
 
 
 def trial_resources(train) -> dict:
@@ -360,7 +253,7 @@ def trial_resources(train) -> dict:
     return {"cpu": train.cpus_per_worker, "gpu": 1 if train.use_gpu else 0}
 
 
-def concurrency(cfg: JobConfig) -> int:
+def concurrency(cfg: SweepJob) -> int:
     if cfg.sweep.max_concurrent_trials:
         return cfg.sweep.max_concurrent_trials
     t = cfg.specialize.train
@@ -391,15 +284,15 @@ def trial_table() -> CLIReporter:
                        max_report_frequency=20 if sys.stdout.isatty() else 60, max_progress_rows=10)
 
 
-def run_wave(cfg: JobConfig, trials: list[dict], wave: int, snapshots: dict[str, str], out: Path) -> list:
+def run_wave(cfg: SweepJob, trials: list[Trial], wave: int, runs: dict[str, PretrainRun], out: Path) -> list:
     """One wave of trials on Tune (restored if an earlier invocation started it); its results."""
     storage = cfg.sweep.storage_path or str((out / "tune").resolve())
     trainable = ray.tune.with_resources(
-        ray.tune.with_parameters(specialize_trial, job=cfg, snapshots=snapshots,
-                                 trials_log=str((out / "trials.log").resolve())),
+        ray.tune.with_parameters(specialize_trial, job=cfg, runs=runs, trials_log=str((out / "trials.log").resolve())),
         trial_resources(cfg.specialize.train))
+    space = [asdict(t) for t in trials]
     # The experiment is keyed on the plan: a changed spec starts afresh instead of restoring another one.
-    name = f"{cfg.sweep.name}-w{wave}-{config_hash({'trials': trials, 'specialize': cfg.specialize})[:8]}"
+    name = f"{cfg.sweep.name}-w{wave}-{config_hash({'trials': space, 'specialize': cfg.specialize})[:8]}"
     experiment = f"{storage.rstrip('/')}/{name}"
     if Tuner.can_restore(experiment):
         print(f"[sweep] resuming {experiment}: only unfinished trials run", flush=True)
@@ -407,11 +300,10 @@ def run_wave(cfg: JobConfig, trials: list[dict], wave: int, snapshots: dict[str,
     else:
         scheduler = None
         if cfg.sweep.scheduler == "asha":
-
             scheduler = ASHAScheduler(time_attr="step", max_t=max(cfg.sweep.specialize_steps), grace_period=1)
         tuner = Tuner(
             trainable,
-            param_space={"trial": ray.tune.grid_search(trials)},
+            param_space={"trial": ray.tune.grid_search(space)},
             # Trials that train in their own process reuse it for the next trial: no new Python, torch
             # and slm imports per trial (a few seconds each, against trials of a few seconds).
             tune_config=TuneConfig(metric="loss" if scheduler else None, mode="min" if scheduler else None,
@@ -424,7 +316,7 @@ def run_wave(cfg: JobConfig, trials: list[dict], wave: int, snapshots: dict[str,
     return list(tuner.fit())
 
 
-def run_sweep(cfg: JobConfig) -> dict:
+def run_sweep(cfg: SweepJob) -> dict:
     """Plan, pretrain what is missing, run (or resume) the trials on Tune, write the results table."""
 
     # Tune runs each trial in its own folder: every path a trial reads must be absolute. A sweep's runs
@@ -438,35 +330,31 @@ def run_sweep(cfg: JobConfig) -> dict:
     print(format_plan(p), flush=True)
     out = sweep_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
-    p["data"] = data_digests(cfg, p)
-    atomic_write_json(out / "plan.json", p)
+    p = replace(p, data=data_digests(cfg, p))
+    atomic_write_json(out / "plan.json", p.to_json())
     init_ray(cfg.ray)
-    pretrain_all(cfg, p["runs"])
-    snapshots = {}
+    pretrain_all(cfg, p.runs)
     layout = RunLayout.of(cfg)
-    for run in p["runs"]:
-        output = layout.pretrained(run["name"])
-        missing = [s for s in run["snapshots"] if not output.snapshot(s).exists()]
+    for run in p.runs:
+        output = layout.pretrained(run.name)
+        missing = [s for s in run.snapshots if not output.snapshot(s).exists()]
         if missing:  # fail here, not in every trial that would start from them
-            raise RuntimeError(f"sweep: pretraining run {run['name']} finished without snapshots at steps {missing} "
+            raise RuntimeError(f"sweep: pretraining run {run.name} finished without snapshots at steps {missing} "
                                f"in {output.snapshots}; delete {output.dir} and rerun")
-        snapshots[run["name"]] = str(output.snapshot_index)
-    write_curves(p["runs"], layout, out)
-    for domain in sorted({t["domain"] for t in p["trials"]}):  # the arrays trials read, made once
-        packed(cfg.run.dir, cfg, f"domain/{domain}")
+    write_curves(p.runs, layout, out)
+    for domain in sorted({t.domain for t in p.trials}):  # the arrays trials read, made once
+        packed_arrays(RunLayout.of(cfg), f"domain/{domain}")
     results, failed = [], []
-    for wave in sorted({t["wave"] for t in p["trials"]}):
-        trials = [t for t in p["trials"] if t["wave"] == wave]
-        grid = run_wave(cfg, trials, wave, snapshots, out)
+    for wave, trials in p.waves():
+        grid = run_wave(cfg, trials, wave, {r.name: r for r in p.runs}, out)
         results += [r.metrics for r in grid if r.metrics and "perplexity" in r.metrics]
         failed += [str(r.error) for r in grid if r.error]
         if failed:  # a later wave reads this one's models
             break
     table = write_table(results, out)
-    print(f"[sweep] {len(results)} of {len(p['trials'])} trials finished; results in {table}", flush=True)
+    print(f"[sweep] {len(results)} of {len(p.trials)} trials finished; results in {table}", flush=True)
     if failed:  # the table keeps what finished; the stage fails so that scripts and CI see it
         raise RuntimeError(f"sweep: {len(failed)} trials failed (the results table holds the {len(results)} of "
-                           f"{len(p['trials'])} that finished; rerun the same command to retry only them). "
+                           f"{len(p.trials)} that finished; rerun the same command to retry only them). "
                            f"First error:\n{failed[0][-2000:]}")
-    return {"trials": len(p["trials"]), "finished": len(results), "failed": len(failed), "results": str(table)}
-
+    return {"trials": len(p.trials), "finished": len(results), "failed": len(failed), "results": str(table)}

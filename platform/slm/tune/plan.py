@@ -1,0 +1,311 @@
+"""A sweep's plan: every pretraining run and specialization trial it needs, as frozen dataclasses.
+
+Pure: no Ray, no files. ``make_plan`` turns a sweep spec (``SweepConfig``) and the facts the sweep looked
+up (``PlanInputs``: the compared methods, the domains, each size's FLOPs per token, tokens per step) into
+a :class:`Plan`; ``slm.tune.sweep`` executes one; ``plan.json`` is ``Plan.to_json()`` and every reader
+(the report, the claims, the time estimate) gets the same types back with ``Plan.from_json``.
+
+The grid: one pretraining run per (method, size) — per (method, size, domain) for a method whose
+pretraining set is chosen for a domain (SLM-is, DSIR) — and seed, trained to the largest pretraining
+budget with snapshots at the others; one trial per (run, pretraining budget, domain, in-domain tokens,
+specialization budget). Beside it, the experiments the claims C4-C6 need (docs/budgets.md): the large
+model's runs (``large_size``, ``large_steps``), SALT (``salt_kd_share``), distillation's teachers and
+students (``distill``, a second wave of trials) and every SLM-mix expert (``all_experts``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from slm import methods
+from slm.config import ConfigError
+from slm.tune.config import SweepConfig
+
+
+class SweepSpecError(ConfigError):
+    """A sweep spec that cannot run; raised before any trial starts."""
+
+
+RunRole = Literal["grid", "large", "salt"]
+TrialRole = Literal["grid", "teacher", "distill", "experts"]
+
+
+@dataclass(frozen=True)
+class SizeCost:
+    """A model size's FLOPs per token: trained (forward + backward) and served (forward)."""
+
+    train_flops_per_token: float
+    inference_flops_per_token: float
+
+
+@dataclass(frozen=True)
+class PretrainRun:
+    """One pretraining run, trained to ``steps`` with a snapshot at each of ``snapshots``."""
+
+    name: str
+    method: str
+    size: str
+    domain: str | None  # the domain its pretraining set is chosen for (a per-domain method), else None
+    seed: int | None
+    steps: int
+    snapshots: tuple[int, ...]
+    role: RunRole
+    teacher: str | None = None  # SALT: the run it distils from for its first kd_steps
+    kd_steps: int = 0
+    eval_every: int = 0  # 0: the pretrain section's own
+    flops: float = 0.0
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One specialization: the snapshot of run ``source`` at ``pretrain_steps``, on ``domain_tokens`` of
+    ``domain``'s data for ``specialize_steps``. ``setting`` is its name without the seed: the seeds of
+    one setting are averaged."""
+
+    source: str
+    method: str
+    size: str
+    pretrain_steps: int
+    domain: str
+    domain_tokens: int
+    specialize_steps: int
+    seed: int | None
+    setting: str
+    name: str
+    role: TrialRole
+    expert: int | None = None  # C6: the SLM-mix expert fine-tuned
+    teacher: str | None = None  # distillation: the trial (wave 1) whose specialized model teaches
+    teacher_run: str | None = None  # the pretraining run that teacher started from
+    wave: int = 1
+    flops: float = 0.0
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The plan's FLOPs, and device-seconds at an assumed fraction of a peak (``slm sweep --dry-run``)."""
+
+    pretrain_flops: float
+    specialize_flops: float
+    total_flops: float
+    device_seconds: float
+    assumed_mfu: float
+    peak_flops_per_device: float
+    peak_flops_source: str
+
+
+@dataclass(frozen=True)
+class DataFingerprint:
+    """The digest of every packed set a sweep trained or evaluated on, and one over all of them: the
+    report combines only sweeps with the same fingerprint."""
+
+    sets: dict[str, str]
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    runs: tuple[PretrainRun, ...]
+    trials: tuple[Trial, ...]
+    sizes: dict[str, SizeCost]
+    small: str  # the smallest size: distillation's student, SALT's teacher
+    large: str | None
+    histogram_entropy: dict[str, float] = field(default_factory=dict)  # C2 is read beside it
+    estimate: Estimate | None = None
+    data: DataFingerprint | None = None  # set when a sweep runs it
+    parts: tuple[str, ...] = ()  # a study combined from several sweeps (`slm report --tables`): their folders
+
+    def run(self, name: str) -> PretrainRun:
+        return next(r for r in self.runs if r.name == name)
+
+    def waves(self) -> list[tuple[int, list[Trial]]]:
+        """The trials by wave, in order: a later wave reads the models an earlier one specialized."""
+        return [(w, [t for t in self.trials if t.wave == w]) for w in sorted({t.wave for t in self.trials})]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> Plan:
+        """A plan as ``to_json`` wrote it (``plan.json``)."""
+        return cls(runs=tuple(PretrainRun(**{**r, "snapshots": tuple(r["snapshots"])}) for r in d["runs"]),
+                   trials=tuple(Trial(**t) for t in d["trials"]),
+                   sizes={k: SizeCost(**v) for k, v in d["sizes"].items()}, small=d["small"], large=d["large"],
+                   histogram_entropy=dict(d.get("histogram_entropy") or {}),
+                   estimate=Estimate(**d["estimate"]) if d.get("estimate") else None,
+                   data=DataFingerprint(**d["data"]) if d.get("data") else None, parts=tuple(d.get("parts", ())))
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What the plan needs beside the sweep spec, looked up by the sweep (``slm.tune.sweep.plan``)."""
+
+    domains: tuple[str, ...]
+    sizes: dict[str, SizeCost]  # every size of sweep.sizes and sweep.large_size
+    pretrain_tokens_per_step: int
+    specialize_tokens_per_step: int
+    experts: int  # SLM-mix's experts (C6)
+    peak_flops: float  # per device, for the estimate
+    peak_flops_source: str
+
+
+# ---------------------------------------------------------------------------------- the sweep's rules
+
+
+def compared_methods(sw: SweepConfig) -> list[str]:
+    """The methods a sweep compares: ``sweep.methods``, or when it lists none every method whose
+    ``swept_by_default`` says so."""
+    return list(sw.methods) or [n for n in methods.names() if methods.get(n).swept_by_default]
+
+
+def check_spec(sw: SweepConfig) -> None:
+    """The sweep's method names against the registry, and the methods its claim experiments need."""
+    for name in sw.methods:
+        methods.get(name, "sweep.methods")
+    compared = compared_methods(sw)
+    if (sw.distill or sw.salt_kd_share) and methods.BASELINE not in compared:
+        raise SweepSpecError(f"config key 'sweep.methods': distillation's student and SALT's teacher are the "
+                          f"{methods.BASELINE} small model: add {methods.BASELINE}")
+    if sw.all_experts and methods.SLM_MIX not in compared:
+        raise SweepSpecError(f"config key 'sweep.all_experts': needs {methods.SLM_MIX} in sweep.methods")
+
+
+def pretrain_name(method: str, size: str, domain: str | None) -> str:
+    return f"{method}-{domain}-{size}" if domain else f"{method}-{size}"
+
+
+def seed_suffix(seed: int | None) -> str:
+    """What a seed adds to a run's and a trial's name; nothing without a seed axis."""
+    return "" if seed is None else f"-seed{seed}"
+
+
+# ---------------------------------------------------------------------------------- the plan
+
+
+class _Builder:
+    """Collects runs and trials once each (a setting two experiments need is planned once)."""
+
+    def __init__(self, sw: SweepConfig, inputs: PlanInputs, small: str):
+        self.sw, self.inputs, self.small = sw, inputs, small
+        self.runs: list[PretrainRun] = []
+        self.trials: list[Trial] = []
+
+    def run(self, run: PretrainRun) -> None:
+        cost = self.inputs.sizes[run.size].train_flops_per_token * self.inputs.pretrain_tokens_per_step * run.steps
+        if run.teacher:
+            cost += (self.inputs.sizes[self.small].inference_flops_per_token * self.inputs.pretrain_tokens_per_step
+                     * run.kd_steps)
+        for i, known in enumerate(self.runs):
+            if known.name == run.name:  # the grid trains it already: it becomes the large run, with its evaluations
+                self.runs[i] = PretrainRun(**{**asdict(known), "snapshots": known.snapshots, "role": run.role,
+                                              "eval_every": known.eval_every or run.eval_every})
+                return
+        self.runs.append(PretrainRun(**{**asdict(run), "snapshots": run.snapshots, "flops": cost}))
+
+    def trial(self, trial: Trial) -> None:
+        if any(t.name == trial.name for t in self.trials):
+            return
+        tokens = self.inputs.specialize_tokens_per_step * trial.specialize_steps
+        cost = self.inputs.sizes[trial.size].train_flops_per_token * tokens
+        if trial.teacher:
+            cost += self.inputs.sizes[self.sw.large_size].inference_flops_per_token * tokens
+        self.trials.append(Trial(**{**asdict(trial), "flops": cost}))
+
+
+def make_plan(sw: SweepConfig, inputs: PlanInputs, histogram_entropy: dict[str, float] | None = None) -> Plan:
+    """Every pretraining run and trial of ``sw``, with its FLOPs; the spec's rules checked (``check_spec``,
+    the sizes against the inference budget and each other)."""
+    check_spec(sw)
+    sizes, domains = inputs.sizes, list(inputs.domains)
+    for size in sw.sizes:
+        inference = sizes[size].inference_flops_per_token
+        if sw.inference_budget and inference > sw.inference_budget:
+            raise SweepSpecError(f"config key 'sweep.sizes': {size!r} costs {inference:.3g} inference FLOPs per token, "
+                              f"over sweep.inference_budget={sw.inference_budget:.3g}")
+    small = min(sw.sizes, key=lambda s: sizes[s].inference_flops_per_token)
+    large = sw.large_size or None
+    if large and sizes[large].inference_flops_per_token <= sizes[small].inference_flops_per_token:
+        raise SweepSpecError(f"config key 'sweep.large_size': {large!r} is not larger than the smallest size {small!r}")
+    longest, budgets = max(sw.pretrain_steps), tuple(sorted(set(sw.pretrain_steps)))
+    all_tokens, all_k = sorted(set(sw.domain_tokens)), sorted(set(sw.specialize_steps))
+    seeds = sw.seeds or [None]
+    plan = _Builder(sw, inputs, small)
+
+    def on(d: str) -> str:
+        """What names a trial's domain in its setting (a run pretrained for one domain names it already)."""
+        return f"-{d}" if len(domains) > 1 else ""
+
+    def cell(d: str, steps: int, tokens: int, k: int) -> str:
+        return f"{on(d).lstrip('-')}{'-' if on(d) else ''}p{steps}-t{tokens}-s{k}"
+
+    for method in compared_methods(sw):
+        for size in sw.sizes:
+            for domain in (domains if methods.get(method).per_domain else [None]):
+                base = pretrain_name(method, size, domain)
+                for seed in seeds:
+                    source = base + seed_suffix(seed)
+                    plan.run(PretrainRun(source, method, size, domain, seed, longest, budgets, "grid"))
+                    for steps in budgets:
+                        for d in ([domain] if domain else domains):
+                            for tokens in all_tokens:
+                                for k in all_k:
+                                    setting = f"{base}{'' if domain else on(d)}-p{steps}-t{tokens}-s{k}"
+                                    plan.trial(Trial(source, method, size, steps, d, tokens, k, seed, setting,
+                                                     setting + seed_suffix(seed), "grid"))
+    student = pretrain_name(methods.BASELINE, small, None)
+    if large:
+        teacher_base = pretrain_name(methods.BASELINE, large, None)
+        large_steps = sw.large_steps or longest
+        curve_every = sw.curve_every or max(1, large_steps // 20)
+        for seed in seeds:
+            plan.run(PretrainRun(teacher_base + seed_suffix(seed), methods.BASELINE, large, None, seed, large_steps,
+                                 (large_steps,), "large", eval_every=curve_every))
+        if sw.salt_kd_share:
+            kd_steps = max(1, round(sw.salt_kd_share * large_steps))
+            for seed in seeds:
+                plan.run(PretrainRun(f"salt-{large}" + seed_suffix(seed), methods.BASELINE, large, None, seed,
+                                     large_steps, (large_steps,), "salt", teacher=student + seed_suffix(seed),
+                                     kd_steps=kd_steps, eval_every=curve_every))
+        if sw.distill:
+            for seed in seeds:
+                for d in domains:
+                    for tokens in all_tokens:
+                        for k in all_k:
+                            teacher = f"{teacher_base}-{cell(d, large_steps, tokens, k)}"
+                            plan.trial(Trial(teacher_base + seed_suffix(seed), methods.BASELINE, large, large_steps,
+                                             d, tokens, k, seed, teacher, teacher + seed_suffix(seed), "teacher"))
+                            setting = f"{methods.DISTILLED}-{small}-from-{large}-{cell(d, longest, tokens, k)}"
+                            plan.trial(Trial(student + seed_suffix(seed), methods.DISTILLED, small, longest, d, tokens,
+                                             k, seed, setting, setting + seed_suffix(seed), "distill",
+                                             teacher=teacher + seed_suffix(seed),
+                                             teacher_run=teacher_base + seed_suffix(seed), wave=2))
+    if sw.all_experts:
+        base = pretrain_name(methods.SLM_MIX, small, None)
+        for seed in seeds:
+            for d in domains:
+                for e in range(inputs.experts):
+                    setting = f"{base}-{cell(d, longest, all_tokens[0], all_k[0])}-e{e}"
+                    plan.trial(Trial(base + seed_suffix(seed), methods.SLM_MIX, small, longest, d, all_tokens[0],
+                                     all_k[0], seed, setting, setting + seed_suffix(seed), "experts", expert=e))
+    # A teacher trains before its student: SALT's runs after the grid's.
+    runs = tuple(sorted(plan.runs, key=lambda r: r.teacher is not None))
+    pretrain_flops, specialize_flops = sum(r.flops for r in runs), sum(t.flops for t in plan.trials)
+    total = pretrain_flops + specialize_flops
+    estimate = Estimate(pretrain_flops, specialize_flops, total,
+                        total / (inputs.peak_flops * sw.assumed_mfu), sw.assumed_mfu, inputs.peak_flops,
+                        inputs.peak_flops_source)
+    return Plan(runs, tuple(plan.trials), dict(sizes), small, large, dict(histogram_entropy or {}), estimate)
+
+
+def format_plan(p: Plan) -> str:
+    lines = [f"{len(p.runs)} pretraining runs (each to its largest budget, snapshots at the others):"]
+    lines += [f"  {r.name:<32} {r.steps:>7} steps  snapshots {list(r.snapshots)}  {r.flops:.3g} FLOPs"
+              + (f"  teacher {r.teacher} for {r.kd_steps} steps" if r.teacher else "") for r in p.runs]
+    lines.append(f"{len(p.trials)} specialization trials:")
+    lines += [f"  {t.name:<48} domain {t.domain:<12} {t.flops:.3g} FLOPs"
+              + (f"  wave {t.wave}, teacher {t.teacher}" if t.teacher else "") for t in p.trials]
+    e = p.estimate
+    lines.append(f"estimated cost: {e.pretrain_flops:.3g} FLOPs pretraining + {e.specialize_flops:.3g} "
+                 f"specialization = {e.total_flops:.3g} FLOPs ≈ {e.device_seconds / 3600:.3g} device-hours "
+                 f"at {100 * e.assumed_mfu:.0f}% of {e.peak_flops_per_device:.3g} FLOP/s ({e.peak_flops_source})")
+    return "\n".join(lines)
