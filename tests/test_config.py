@@ -91,6 +91,7 @@ def test_cli_config_prints_resolved_yaml(slm_cli):
     assert yaml.safe_load(out)["corpus"]["valid_fraction"] == 0.2
 
 
+@pytest.mark.ray  # the resample stage it runs starts a local Ray
 def test_slm_data_maps_flags_to_the_resample_section(slm_cli, tmp_path):
     """`slm data resample --domain …` is the resample stage with those keys; a missing input is named."""
     proc = slm_cli("data", "resample", "--domain", "medical", "--tokens", "1000", "--method", "crisp",
