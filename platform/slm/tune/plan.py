@@ -15,7 +15,7 @@ students (``distill``, a second wave of trials) and every SLM-mix expert (``all_
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 from slm import methods
@@ -165,7 +165,7 @@ def check_spec(sw: SweepConfig) -> None:
     compared = compared_methods(sw)
     if (sw.distill or sw.salt_kd_share) and methods.BASELINE not in compared:
         raise SweepSpecError(f"config key 'sweep.methods': distillation's student and SALT's teacher are the "
-                          f"{methods.BASELINE} small model: add {methods.BASELINE}")
+                             f"{methods.BASELINE} small model: add {methods.BASELINE}")
     if sw.all_experts and methods.SLM_MIX not in compared:
         raise SweepSpecError(f"config key 'sweep.all_experts': needs {methods.SLM_MIX} in sweep.methods")
 
@@ -197,10 +197,9 @@ class _Builder:
                      * run.kd_steps)
         for i, known in enumerate(self.runs):
             if known.name == run.name:  # the grid trains it already: it becomes the large run, with its evaluations
-                self.runs[i] = PretrainRun(**{**asdict(known), "snapshots": known.snapshots, "role": run.role,
-                                              "eval_every": known.eval_every or run.eval_every})
+                self.runs[i] = replace(known, role=run.role, eval_every=known.eval_every or run.eval_every)
                 return
-        self.runs.append(PretrainRun(**{**asdict(run), "snapshots": run.snapshots, "flops": cost}))
+        self.runs.append(replace(run, flops=cost))
 
     def trial(self, trial: Trial) -> None:
         if any(t.name == trial.name for t in self.trials):
@@ -209,7 +208,7 @@ class _Builder:
         cost = self.inputs.sizes[trial.size].train_flops_per_token * tokens
         if trial.teacher:
             cost += self.inputs.sizes[self.sw.large_size].inference_flops_per_token * tokens
-        self.trials.append(Trial(**{**asdict(trial), "flops": cost}))
+        self.trials.append(replace(trial, flops=cost))
 
 
 def make_plan(sw: SweepConfig, inputs: PlanInputs, histogram_entropy: dict[str, float] | None = None) -> Plan:
