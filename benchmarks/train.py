@@ -349,7 +349,7 @@ def main() -> None:
                 "cpu-small": speedup_rows(work, ["pretrain.model.preset=cpu-small"], "cpu-small",
                                           args.small_steps, args.batch, same),
                 "soup_n8_b32": speedup_rows(work, [f"pretrain.model.depth={args.depth}", "pretrain.method=soup",
-                                                   "pretrain.model.soup_experts=8"], "soup", args.small_steps, 32, same),
+                                                   "pretrain.model.soup.experts=8"], "soup", args.small_steps, 32, same),
             }
             result["train_speedup"] = {k: {**{c: r.get("speedup_vs_fp32_eager", r.get("not_run")) for c, r in v.items()
                                               if c in CONFIGS},

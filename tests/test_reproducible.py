@@ -25,7 +25,7 @@ from tests.conftest import logged_rows, train_overrides
 pytestmark = pytest.mark.ray
 
 DATA_STAGES = ("cluster", "histogram", "resample", "tokenizer", "pack")
-TRAINING = ["pretrain.method=soup", "pretrain.name=repro", "pretrain.model.soup_experts=4",
+TRAINING = ["pretrain.method=soup", "pretrain.name=repro", "pretrain.model.soup.experts=4",
             "pretrain.train.num_workers=0", "pretrain.train.budget.steps=30", "pretrain.train.log_every=5",
             "specialize.source=repro", "specialize.name=repro", "specialize.domain_tokens=3200",
             "specialize.train.num_workers=0", "specialize.train.budget.steps=10", "specialize.train.log_every=5"]
@@ -81,7 +81,7 @@ def trained(run_dir: Path, folder: str) -> tuple[list[dict], dict, dict]:
 def test_the_pipeline_and_training_run_twice_give_the_same_results(train_run, tmp_path):
     again = load_job(None, train_overrides(train_run, f"run.root={tmp_path}", "run.name=again",
                                            f"embed.output={train_run.embed.output}", "cluster.sample_size=1500",
-                                           "resample.tokens=20000", "resample.methods=[crisp]"))
+                                           "resample.tokens=20000"))
     assert again.run.dir != train_run.run.dir
     for stage in DATA_STAGES:
         STAGES[stage](again, again.run.dir)

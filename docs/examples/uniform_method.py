@@ -21,6 +21,7 @@ class UniformSubset(Method):
     paper_name = "uniform subset (SLM-is's control)"
     color = "tab:brown"
     per_domain = True  # its subset is drawn for one domain's budget: paid again per domain
+    swept_by_default = False  # a control: compared when a sweep names it
 
     def pretrain_set(self, domain: str) -> str:
         return f"resampled/{domain}/uniform"

@@ -38,6 +38,48 @@ def check_name(name: str, key: str) -> str:
     return name
 
 
+# ------------------------------------------------------------------------------ registered sections
+
+
+class Registry:
+    """Config sections that the modules owning them register by name (levanter's ``register_subclass``,
+    torchtitan's per-model ``Config``): each method's own settings. A dataclass field declared with
+    :meth:`field` holds one section per registered name, and YAML writes each under its own name beside
+    the dataclass's other keys (``pretrain.model.projected.bank_size``); the loader builds the registered
+    class (strict keys and types, its ``validate``), and names a key that is no registered section."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self._classes: dict[str, type] = {}
+
+    def register(self, name: str, cls: type) -> None:
+        if not dataclasses.is_dataclass(cls):
+            raise TypeError(f"{self.what} {name!r}: {cls!r} is not a dataclass")
+        if name in self._classes and self._classes[name] is not cls:
+            raise ValueError(f"{self.what} {name!r} is registered twice")
+        self._classes[name] = cls
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._classes
+
+    def names(self) -> list[str]:
+        return list(self._classes)
+
+    def defaults(self) -> dict[str, Any]:
+        return {name: cls() for name, cls in self._classes.items()}
+
+    def build(self, name: str, value: Any, prefix: str) -> Any:
+        return from_dict(self._classes[name], value, prefix=f"{prefix}{name}.")
+
+    def field(self) -> Any:
+        """The dataclass field holding every registered section (defaults for those not given)."""
+        return dataclasses.field(default_factory=self.defaults, metadata={"registry": self})
+
+
+def _registries(cls: type) -> dict[str, Registry]:
+    return {f.name: f.metadata["registry"] for f in dataclasses.fields(cls) if "registry" in f.metadata}
+
+
 # ----------------------------------------------------------------------------------------- loading
 
 
@@ -108,6 +150,8 @@ def _merged(default: Any, value: dict) -> dict:
     out = {}
     for f in dataclasses.fields(default):
         d = getattr(default, f.name)
+        if "registry" in f.metadata:  # from_dict fills the registered sections not given
+            continue
         if f.name not in value:
             out[f.name] = to_dict(d) if dataclasses.is_dataclass(d) else d
         elif dataclasses.is_dataclass(d) and isinstance(value[f.name], dict) and not getattr(d, "replaced_whole", False):
@@ -135,14 +179,18 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     if not isinstance(data, dict):
         raise ConfigError(f"config key '{where}': expected a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    registries = _registries(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.name not in registries]
+    sections = [name for r in registries.values() for name in r.names()]
     for key in data:
-        if key not in names:
-            raise ConfigError(f"unknown config key '{prefix}{key}'; allowed keys under '{where}': {names}")
+        if key not in names and key not in sections:
+            raise ConfigError(f"unknown config key '{prefix}{key}'; allowed keys under '{where}': {names + sections}")
     # A nested section given in part keeps the parent's defaults for the rest (SpecializeConfig's
     # train section defaults to a shorter budget than TrainConfig's: `specialize.train.seed=1` keeps it).
     data = {k: _merge_defaults(cls, k, v) for k, v in data.items()}
     kwargs = {name: _coerce(hints[name], data[name], f"{prefix}{name}") for name in names if name in data}
+    for field_name, registry in registries.items():
+        kwargs[field_name] = {name: registry.build(name, data.get(name), prefix) for name in registry.names()}
     obj = cls(**kwargs)
     validate = getattr(obj, "validate", None)
     if callable(validate):
@@ -151,7 +199,25 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
-    return dataclasses.asdict(obj)
+    """A config as its YAML would say it: registered sections under their own names."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if "registry" in f.metadata:
+            out.update({name: to_dict(section) for name, section in value.items()})
+        else:
+            out[f.name] = _plain(value)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_dict(value)
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -60,8 +60,8 @@ def load_dense(path: Path) -> GPT:
     """The checkpoint's model, which must be one dense network (see the module's docstring)."""
     model, arch = load_model(path)
     if not isinstance(model, GPT):
-        paper_name = display(arch["method"])[0]
-        raise NotDenseError(f"{path} holds a pretrained {paper_name} ({arch['method']}), not one dense network: "
+        paper_name = display(arch.method)[0]
+        raise NotDenseError(f"{path} holds a pretrained {paper_name} ({arch.method}), not one dense network: "
                          "specialize it for a domain (`slm train specialize`), which instantiates it, and "
                          "export the specialized model")
     return model.float().eval()

@@ -1,9 +1,10 @@
 """A job spec: the stages to run and every section they read, each section's dataclass beside its owner
 (``slm.<package>.config``), loaded by ``slm.config``.
 
-The sections are schemas only, light to import: loading a job never imports torch or Ray. Which methods
-exist is the method registry's to say (``slm.pipeline.check_methods``, run by the CLI, ``slm run`` and the
-sweep's plan before anything runs).
+The sections are schemas; loading a job imports the method registry (``slm.methods``: torch, never Ray),
+since each method's own settings are a section of ``pretrain.model`` that the method registers. Which
+methods a job may name is the registry's to say (``slm.pipeline.check_methods``, run by the CLI,
+``slm run`` and the sweep's plan before anything runs).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import slm.methods  # noqa: F401  (registers each method's settings: the sections pretrain.model.<method>)
 from slm.config import load
 from slm.corpus.config import CorpusConfig
 from slm.data.config import (

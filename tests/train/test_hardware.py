@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from slm import methods
-from slm.config import ConfigError
+from slm.config import ConfigError, from_dict
 from slm.job import load_job
 from slm.models.config import ModelConfig
 from slm.models.gpt import preset
@@ -124,7 +124,8 @@ def test_bf16_autocast_compiled_step_learns_like_fp32(method):
     CPU without native bf16 this runs emulated (slowly, at the same numerics): the tiny model keeps it short."""
     cfg = preset("tiny")
     m = methods.get(method)
-    arch = m.architecture(cfg, ModelConfig(n_experts=4, soup_experts=4), 4)
+    model_config = from_dict(ModelConfig, {"mixture": {"n_experts": 4}, "projected": {"n_experts": 4}, "soup": {"experts": 4}})
+    arch = m.architecture(cfg, model_config, 4)
     g = torch.Generator().manual_seed(0)
     batch = (torch.randint(0, cfg.vocab_size, (4, cfg.seq_len), generator=g),
              torch.randint(0, cfg.vocab_size, (4, cfg.seq_len), generator=g))
@@ -167,7 +168,7 @@ def test_compiled_training_learns_for_every_method(train_run, method):
     precision: bf16 where this CPU has it natively, else float32."""
     cfg = job(train_run, "pretrain.train.num_workers=0", f"pretrain.method={method}", f"pretrain.name=compiled-{method}",
               "pretrain.train.compile=always", "pretrain.train.budget.steps=40", "pretrain.train.log_every=5",
-              "pretrain.model.bank_size=4")
+              "pretrain.model.projected.bank_size=4")
     m = pretrain(cfg)
     rows = logged_rows(cfg.run.dir / "checkpoints" / f"compiled-{method}")
     assert m["compiled"] and m["compile_reason"] == "train.compile=always"

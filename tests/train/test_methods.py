@@ -39,7 +39,7 @@ def pretrained(train_run):
     out = {}
     for method in methods.names():
         cfg = job(train_run, f"pretrain.method={method}", "pretrain.train.budget.steps=60",
-                  "pretrain.train.log_every=5", "pretrain.train.batch_size=8", "pretrain.model.bank_size=4")
+                  "pretrain.train.log_every=5", "pretrain.train.batch_size=8", "pretrain.model.projected.bank_size=4")
         out[method] = pretrain(cfg)
     return out
 

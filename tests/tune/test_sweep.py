@@ -1,5 +1,5 @@
 """Budget sweeps: bad specs fail before anything runs; `advise` on a hand-checkable table; a tiny real
-sweep on Ray Tune, SIGKILLed after its first trials and restored, finishes only the missing trials."""
+sweep on Ray Tune, SIGKILLed after its first trials and rerun, finishes only the missing trials."""
 
 from __future__ import annotations
 
@@ -155,6 +155,25 @@ def test_a_trials_config_is_built_from_typed_values_not_override_strings(tmp_pat
     assert slm_is.pretrain.domain == "medical" and slm_is.resample == cfg.resample
 
 
+def test_a_rerun_reuses_a_finished_trials_row_only_under_the_same_config(tmp_path):
+    """What a rerun skips: a trial whose row file carries the key of this trial under this specialization
+    config; another config (or no file) runs it again."""
+    from slm.artifacts import atomic_write_json
+    from slm.tune.sweep import finished_row, row_path, trial_key
+
+    cfg = load_job(None, [f"run.root={tmp_path}"])
+    t = Trial(source="generic-d1-seed0", method="generic", size="d1", pretrain_steps=20, domain="legal",
+              domain_tokens=1000, specialize_steps=5, seed=0, setting="generic-d1-p20-t1000-s5",
+              name="generic-d1-p20-t1000-s5-seed0", role="grid")
+    assert finished_row(cfg, t) is None
+    row_path(cfg, t).parent.mkdir(parents=True)
+    atomic_write_json(row_path(cfg, t), {"key": trial_key(cfg, t), "row": {"trial": t.name, "perplexity": 9.5}})
+    assert finished_row(cfg, t) == {"trial": t.name, "perplexity": 9.5}
+    other = replace(cfg, specialize=replace(cfg.specialize, train=replace(cfg.specialize.train, seed=7)))
+    assert finished_row(other, t) is None  # another specialization config: trained again
+    assert finished_row(cfg, replace(t, specialize_steps=10)) is None  # another trial under the same name
+
+
 ROWS = [  # hand-checkable: FLOPs in units, perplexities chosen so the answer is obvious
     dict(trial="a", method="generic", size="d2", inference_flops_per_token=10, domain="legal", domain_tokens=1000,
          generic_flops=100, per_domain_flops=10, generic_device_seconds=1, per_domain_device_seconds=1,
@@ -265,10 +284,10 @@ def test_the_study_design_meets_the_issue(slm_cli):
 
 
 @pytest.mark.ray
-def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_path):
+def test_tiny_study_killed_and_rerun_runs_only_missing_trials(train_run, tmp_path):
     """The study's spec at CI size (two seeds, one domain, three methods, the claims' experiments, the tiny
     model, trials training in their own processes) on the data tests' run: killed with SIGKILL mid-sweep,
-    rerun, it restores and runs only what had not finished; its report has the claims check."""
+    rerun, it runs only what had not finished; its report has the claims check."""
     overrides = train_overrides(
         train_run, "sweep.name=tiny", "sweep.methods=[generic, mixture, soup]", "sweep.sizes=[tiny]",
         "sweep.large_size=d2", "sweep.domains=[legal]", "resample.domains=[]", "sweep.pretrain_steps=[10, 20]",
@@ -302,7 +321,7 @@ def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_
     # no ANSI codes and no Ray log folding in a redirected log.
     first_log = log.read_text()
     assert "\x1b[" not in first_log + second.stdout and "repeated" not in first_log + second.stdout
-    assert "generic-tiny-p10-t3200-s5-seed0" in second.stdout and "valid ppl" in second.stdout
+    assert "trials finished earlier (rows read from their folders)" in second.stdout
     waves = [p for p in (out / "tune").iterdir() if p.is_dir() and p.name.startswith("tiny-w")]
     assert any((wave / "generic-tiny-p10-t3200-s5-seed0").is_dir() for wave in waves), waves
     tensorboard = sorted(p.parent.relative_to(out / "tensorboard").as_posix()
@@ -312,6 +331,7 @@ def test_tiny_study_killed_and_restored_runs_only_missing_trials(train_run, tmp_
     started = [json.loads(line)["trial"] for line in (out / "trials.log").read_text().splitlines()]
     started_second = started[len(started_first):]
     assert not set(finished_before_kill) & set(started_second), (finished_before_kill, started_second)
+    assert any(name in second.stdout for name in started_second) and "valid ppl" in second.stdout  # Tune's table
     table = pq.read_table(out / "results.parquet").to_pylist()
     cell = "p20-t3200-s5"
     assert sorted(r["trial"] for r in table) == sorted(
@@ -374,7 +394,7 @@ def test_a_study_in_two_parts_reports_as_one(train_run, slm_cli, tmp_path):
     result = json.loads(printed[printed.index("{") if printed.startswith("{") else printed.index("\n{") + 1:])
     assert result["missing"] == [] and len(result["tables"]) == 2
     rows = pq.read_table(combined / "results.parquet").to_pylist()
-    assert sorted(r.seed for r in rows) == [0] * 4 + [1] * 4
+    assert sorted(r["seed"] for r in rows) == [0] * 4 + [1] * 4
     assert (combined / "report" / "claims.md").exists() and (combined / "report" / "pretrain_cost.png").exists()
 
     # A part whose table lacks a planned trial: named.

@@ -6,9 +6,10 @@ shipped here (the modules below); a new one is one more module here and its test
 """
 
 from slm.methods import dense, mixture, projected, soup  # noqa: F401  (they register themselves)
-from slm.methods.base import Method
+from slm.methods.base import Architecture, Method
 from slm.methods.checkpoint import load_model, read_metadata, save_model
 from slm.methods.registry import get, names, register
+from slm.models.gpt import GPTConfig
 
 # The generic dense model: the baseline, distillation's student and teacher, SALT's models, and what
 # every specialization trains (the dense GPT a method serves for the domain, whatever pretrained it).
@@ -20,9 +21,9 @@ SLM_IS, SLM_MIX, SLM_PN, SOUP = dense.Importance.name, mixture.Mixture.name, pro
 DISTILLED = dense.DISTILLED
 
 
-def dense_record(gpt: dict) -> dict:
-    """The architecture record of a plain dense GPT (``gpt``: its ``GPTConfig`` as a dict)."""
-    return {"method": BASELINE, "gpt": gpt}
+def dense_record(gpt: GPTConfig) -> Architecture:
+    """The architecture record of a plain dense GPT."""
+    return Architecture(BASELINE, gpt)
 
 
 def display(name: str) -> tuple[str, str]:
@@ -33,5 +34,5 @@ def display(name: str) -> tuple[str, str]:
     return method.paper_name, method.color
 
 
-__all__ = ["BASELINE", "DISTILLED", "SLM_IS", "SLM_MIX", "SLM_PN", "SOUP", "Method", "dense_record", "display", "get",
+__all__ = ["Architecture", "BASELINE", "DISTILLED", "SLM_IS", "SLM_MIX", "SLM_PN", "SOUP", "Method", "dense_record", "display", "get",
            "load_model", "names", "read_metadata", "register", "save_model"]

@@ -13,6 +13,7 @@ sampled; a subclass overrides what its method changes.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -23,6 +24,23 @@ from slm.config import ConfigError
 from slm.data.samplers import UniformSampler
 from slm.models.config import ModelConfig
 from slm.models.gpt import GPT, GPTConfig, LMOutput
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The architecture record: what ``Method.build`` makes, what a run's spec is hashed on and what a
+    checkpoint carries (its JSON in the safetensors header). The dense GPT's shape; a method whose model
+    is more than one GPT subclasses it with what it adds (``Method.Record``)."""
+
+    method: str
+    gpt: GPTConfig
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> Architecture:
+        return cls(**{**record, "gpt": GPTConfig(**record["gpt"])})
 
 
 class Method:
@@ -42,8 +60,18 @@ class Method:
     has_experts: ClassVar[bool] = False
     # Some parameters get no gradient on a step (DDP must be told).
     find_unused_parameters: ClassVar[bool] = False
-    # Compared by a sweep that lists no methods (``sweep.methods: []``).
-    swept_by_default: ClassVar[bool] = True
+    # Compared by a sweep that lists no methods (``sweep.methods: []``): every registered method says so
+    # itself (``register`` refuses one that does not), so a new method never joins every sweep silently.
+    swept_by_default: ClassVar[bool]
+    # Its own settings, ``pretrain.model.<name>``: a dataclass (defaults, a ``validate(prefix)``), or
+    # None. Registered with the method; read with :meth:`settings`.
+    Settings: ClassVar[type | None] = None
+    # Its architecture record's class (``architecture`` makes one, checkpoints read one back).
+    Record: ClassVar[type[Architecture]] = Architecture
+
+    def settings(self, model: ModelConfig) -> Any:
+        """This method's section of ``pretrain.model`` (an instance of ``Settings``)."""
+        return model.settings(self.name)
 
     # ---- data
 
@@ -53,27 +81,27 @@ class Method:
 
     # ---- model
 
-    def architecture(self, gpt: GPTConfig, model: ModelConfig, n_clusters: int) -> dict[str, Any]:
-        """The record ``build`` reads and checkpoints carry (a plain dict: it goes into safetensors headers)."""
-        return {"method": self.name, "gpt": dataclasses.asdict(gpt)}
+    def architecture(self, gpt: GPTConfig, model: ModelConfig, n_clusters: int) -> Architecture:
+        """The record ``build`` reads and checkpoints carry."""
+        return Architecture(self.name, gpt)
 
     def check(self, model: ModelConfig, n_clusters: int, prefix: str) -> None:
         """Fail with the key named when the model section cannot fit the clustering."""
 
-    def build(self, arch: dict[str, Any]) -> nn.Module:
-        return GPT(GPTConfig(**arch["gpt"]))
+    def build(self, arch: Architecture) -> nn.Module:
+        return GPT(arch.gpt)
 
     def compile_units(self, model: nn.Module) -> list[nn.Module]:
         """The modules ``torch.compile`` wraps for a training step, each traced whole without graph breaks."""
         return [model]
 
-    def step_overhead_flops(self, model: nn.Module, arch: dict[str, Any]) -> float:
+    def step_overhead_flops(self, model: nn.Module, arch: Architecture) -> float:
         """Per-step FLOPs beyond running the dense model on the batch."""
         return 0.0
 
     # ---- training
 
-    def sampler(self, arch: dict[str, Any], coarse: np.ndarray, rows: np.ndarray, seed: int, model: ModelConfig):
+    def sampler(self, arch: Architecture, coarse: np.ndarray, rows: np.ndarray, seed: int, model: ModelConfig):
         """What picks each step's rows (``slm.data.samplers``); ``rows``: the rows it may use."""
         return UniformSampler(rows, seed)
 
@@ -84,7 +112,7 @@ class Method:
 
     # ---- serving
 
-    def instantiate(self, model: nn.Module, arch: dict[str, Any], coarse_histogram: list[float],
+    def instantiate(self, model: nn.Module, arch: Architecture, coarse_histogram: list[float],
                     expert: int | None = None) -> tuple[GPT, dict[str, Any]]:
         """The dense GPT it serves for a domain whose histogram over the coarse clusters is given, and
         what was chosen (an expert, the soup's h)."""

@@ -4,10 +4,8 @@ plain dense GPT (``slm.models.gpt.save_dense``), the others with their record.""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
-from typing import Any
 
 import torch.nn as nn
 from safetensors import safe_open
@@ -15,15 +13,16 @@ from safetensors.torch import load_model as load_tensors
 from safetensors.torch import save_model as save_tensors
 
 from slm.artifacts import atomic_path
+from slm.methods.base import Architecture
 from slm.methods.registry import get
 from slm.models.gpt import load_dense, save_dense
 
 
-def save_model(model: nn.Module, arch: dict[str, Any], path: str | Path, metadata: dict | None = None) -> None:
-    if get(arch["method"]).dense:
-        save_dense(model, path, {"method": arch["method"], **(metadata or {})})
+def save_model(model: nn.Module, arch: Architecture, path: str | Path, metadata: dict | None = None) -> None:
+    if get(arch.method).dense:
+        save_dense(model, path, {"method": arch.method, **(metadata or {})})
         return
-    meta = {"slm.model": "method", "slm.arch": json.dumps(arch)}
+    meta = {"slm.model": "method", "slm.arch": json.dumps(arch.to_json())}
     meta.update({f"slm.{k}": json.dumps(v) for k, v in (metadata or {}).items()})
     with atomic_path(Path(path)) as tmp:
         save_tensors(model, str(tmp), metadata=meta)
@@ -34,16 +33,18 @@ def read_metadata(path: str | Path) -> dict[str, str]:
         return f.metadata() or {}
 
 
-def load_model(path: str | Path) -> tuple[nn.Module, dict[str, Any]]:
+def load_model(path: str | Path) -> tuple[nn.Module, Architecture]:
     """Any slm checkpoint → (module, architecture record)."""
     meta = read_metadata(path)
     if meta.get("slm.model") == "gpt":
         model = load_dense(path)
         method = json.loads(meta.get("slm.method", '"generic"'))
-        return model, {"method": method, "gpt": dataclasses.asdict(model.config)}
+        return model, Architecture(method, model.config)
     if meta.get("slm.model") != "method":
         raise ValueError(f"{path} is not an slm checkpoint (metadata keys: {sorted(meta)})")
-    arch = json.loads(meta["slm.arch"])
-    model = get(arch["method"], key=f"{path}: slm.arch.method").build(arch)
+    record = json.loads(meta["slm.arch"])
+    method = get(record["method"], key=f"{path}: slm.arch.method")
+    arch = method.Record.from_json(record)
+    model = method.build(arch)
     load_tensors(model, str(path))
     return model, arch

@@ -18,6 +18,7 @@ class Generic(Method):
     name = "generic"
     paper_name = "generic"
     color = "tab:gray"
+    swept_by_default = True
 
 
 class _Resampled(Method):
@@ -36,6 +37,7 @@ class Importance(_Resampled):
     paper_name = "SLM-is (CRISP)"
     color = "tab:green"
     subset = "crisp"
+    swept_by_default = True
 
 
 @register

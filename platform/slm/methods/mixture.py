@@ -7,6 +7,7 @@ share: sequences routed to an expert by their cluster id, the cluster sampler, a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,37 +16,56 @@ import torch.nn as nn
 
 from slm.config import ConfigError
 from slm.data.samplers import ClusterSampler
-from slm.methods.base import Method
+from slm.methods.base import Architecture, Method
 from slm.methods.registry import register
 from slm.models.config import ModelConfig
 from slm.models.gpt import GPT, GPTConfig, LMOutput
 from slm.models.mixture import MixtureOfExperts
 
 
+@dataclass
+class MixtureSettings:
+    """``pretrain.model.mixture``: SLM-mix's experts."""
+
+    n_experts: int = 0  # experts; 0 = one per coarse cluster (cluster.k), as in Plan-Early
+
+    def validate(self, prefix: str = "") -> None:
+        if self.n_experts < 0:
+            raise ConfigError(f"config key '{prefix}n_experts': must be ≥ 0, got {self.n_experts}")
+
+
+@dataclass(frozen=True)
+class ExpertsArchitecture(Architecture):
+    n_experts: int
+
+
 class ExpertMethod(Method):
-    """Experts indexed by coarse cluster: each sequence goes to its cluster's expert."""
+    """Experts indexed by coarse cluster: each sequence goes to its cluster's expert. Its settings have
+    ``n_experts`` (0: one per coarse cluster)."""
 
     dense = False
     clustered = True
     has_experts = True
 
-    def architecture(self, gpt: GPTConfig, model: ModelConfig, n_clusters: int) -> dict[str, Any]:
-        return {**super().architecture(gpt, model, n_clusters), "n_experts": model.n_experts or n_clusters}
+    Record = ExpertsArchitecture
 
-    def sampler(self, arch: dict[str, Any], coarse: np.ndarray, rows: np.ndarray, seed: int, model: ModelConfig):
-        return ClusterSampler(coarse, arch["n_experts"], seed)
+    def architecture(self, gpt: GPTConfig, model: ModelConfig, n_clusters: int) -> ExpertsArchitecture:
+        return ExpertsArchitecture(self.name, gpt, self.settings(model).n_experts or n_clusters)
+
+    def sampler(self, arch: ExpertsArchitecture, coarse: np.ndarray, rows: np.ndarray, seed: int, model: ModelConfig):
+        return ClusterSampler(coarse, arch.n_experts, seed)
 
     def forward(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None,
                 coarse: torch.Tensor, context: Any) -> LMOutput:
         return model(inputs, coarse, targets)
 
     @torch.no_grad()
-    def instantiate(self, model: nn.Module, arch: dict[str, Any], coarse_histogram: list[float],
+    def instantiate(self, model: nn.Module, arch: ExpertsArchitecture, coarse_histogram: list[float],
                     expert: int | None = None) -> tuple[GPT, dict[str, Any]]:
         """The expert of the domain's most frequent coarse cluster, or ``expert`` when given."""
-        if len(coarse_histogram) != arch["n_experts"]:
+        if len(coarse_histogram) != arch.n_experts:
             raise ConfigError(f"the domain histogram has {len(coarse_histogram)} coarse clusters but the "
-                              f"{self.name} model has {arch['n_experts']} experts: pretrain and histogram "
+                              f"{self.name} model has {arch.n_experts} experts: pretrain and histogram "
                               f"used different cluster.k")
         most_frequent = int(torch.tensor(coarse_histogram, dtype=torch.float32).argmax())
         chosen = most_frequent if expert is None else expert
@@ -57,11 +77,13 @@ class Mixture(ExpertMethod):
     name = "mixture"
     paper_name = "SLM-mix"
     color = "tab:blue"
+    swept_by_default = True
+    Settings = MixtureSettings
     # A step trains one expert: the others get no gradient.
     find_unused_parameters = True
 
-    def build(self, arch: dict[str, Any]) -> nn.Module:
-        return MixtureOfExperts(GPTConfig(**arch["gpt"]), arch["n_experts"])
+    def build(self, arch: ExpertsArchitecture) -> nn.Module:
+        return MixtureOfExperts(arch.gpt, arch.n_experts)
 
     def compile_units(self, model: nn.Module) -> list[nn.Module]:
         # Every expert; the routing by cluster id (data-dependent Python control flow) stays eager.

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from slm.config import ConfigError
 from slm.methods.base import Method
+from slm.models.config import METHOD_SETTINGS
 
 _METHODS: dict[str, Method] = {}
 
 
 def register(cls: type[Method]) -> type[Method]:
-    """Class decorator: make a method known by its ``name``."""
+    """Class decorator: make a method known by its ``name``, and its settings (if it has any) the config
+    section ``pretrain.model.<name>``."""
     if cls.name in _METHODS:
         raise ValueError(f"method {cls.name!r} is registered twice")
+    if "swept_by_default" not in vars(cls):
+        raise TypeError(f"method {cls.name!r} ({cls.__qualname__}) must set swept_by_default: whether a sweep "
+                        "that names no methods compares it")
+    if cls.Settings is not None:
+        METHOD_SETTINGS.register(cls.name, cls.Settings)
     _METHODS[cls.name] = cls()
     return cls
 

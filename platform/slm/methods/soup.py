@@ -4,7 +4,8 @@ without fine-tuning."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -12,7 +13,7 @@ import torch.nn as nn
 
 from slm.config import ConfigError
 from slm.data.samplers import step_rng
-from slm.methods.base import Method
+from slm.methods.base import Architecture, Method
 from slm.methods.registry import register
 from slm.models.config import ModelConfig
 from slm.models.gpt import GPT, GPTConfig, LMOutput
@@ -64,6 +65,27 @@ class MixtureSampler:
         self._h = None if state["h"] is None else torch.tensor(state["h"])
 
 
+@dataclass
+class SoupSettings:
+    """``pretrain.model.soup``: the soup's experts and its prior over the coarse clusters (its domains)."""
+
+    experts: int = 4  # n, the experts E_j mixed into Θ(h)
+    active: int = 2  # s, domains active in each h drawn from the prior
+    experts_on: Literal["all", "mlp"] = "all"  # which weights have experts
+
+    def validate(self, prefix: str = "") -> None:
+        for name in ("experts", "active"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"config key '{prefix}{name}': must be at least 1, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class SoupArchitecture(Architecture):
+    n_experts: int
+    n_domains: int  # the coarse clusters: h's dimension
+    experts_on: str
+
+
 @register
 class Soup(Method):
     name = "soup"
@@ -71,42 +93,45 @@ class Soup(Method):
     color = "tab:orange"
     dense = False
     clustered = True
+    swept_by_default = True
+    Settings = SoupSettings
+    Record = SoupArchitecture
 
-    def architecture(self, gpt: GPTConfig, model: ModelConfig, n_clusters: int) -> dict[str, Any]:
-        return {**super().architecture(gpt, model, n_clusters), "n_experts": model.soup_experts,
-                "n_domains": n_clusters, "experts_on": model.soup_experts_on}
+    def architecture(self, gpt: GPTConfig, model: ModelConfig, n_clusters: int) -> SoupArchitecture:
+        settings = self.settings(model)
+        return SoupArchitecture(self.name, gpt, settings.experts, n_clusters, settings.experts_on)
 
     def check(self, model: ModelConfig, n_clusters: int, prefix: str) -> None:
-        if model.soup_active > n_clusters:
-            raise ConfigError(f"config key '{prefix}soup_active': {model.soup_active} active domains but the "
+        active = self.settings(model).active
+        if active > n_clusters:
+            raise ConfigError(f"config key '{prefix}{self.name}.active': {active} active domains but the "
                               f"clustering has only {n_clusters} coarse clusters")
 
-    def build(self, arch: dict[str, Any]) -> nn.Module:
-        return SoupOfExperts(GPTConfig(**arch["gpt"]), arch["n_experts"], arch["n_domains"],
-                             experts_on=arch["experts_on"])
+    def build(self, arch: SoupArchitecture) -> nn.Module:
+        return SoupOfExperts(arch.gpt, arch.n_experts, arch.n_domains, experts_on=arch.experts_on)
 
     def compile_units(self, model: nn.Module) -> list[nn.Module]:
         return [model]  # whole: the router, the merge Θ(h) and the functional call
 
-    def step_overhead_flops(self, model: nn.Module, arch: dict[str, Any]) -> float:
+    def step_overhead_flops(self, model: nn.Module, arch: SoupArchitecture) -> float:
         mixed = sum(p[0].numel() for p in model.experts.values())  # E_j stacked per weight
-        return 6.0 * arch["n_experts"] * mixed
+        return 6.0 * arch.n_experts * mixed
 
-    def sampler(self, arch: dict[str, Any], coarse: np.ndarray, rows: np.ndarray, seed: int, model: ModelConfig):
-        return MixtureSampler(coarse, arch["n_domains"], model.soup_active, seed)
+    def sampler(self, arch: SoupArchitecture, coarse: np.ndarray, rows: np.ndarray, seed: int, model: ModelConfig):
+        return MixtureSampler(coarse, arch.n_domains, self.settings(model).active, seed)
 
     def forward(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None,
                 coarse: torch.Tensor, context: Any) -> LMOutput:
         return model(inputs, context.to(inputs.device), targets)
 
     @torch.no_grad()
-    def instantiate(self, model: nn.Module, arch: dict[str, Any], coarse_histogram: list[float],
+    def instantiate(self, model: nn.Module, arch: SoupArchitecture, coarse_histogram: list[float],
                     expert: int | None = None) -> tuple[GPT, dict[str, Any]]:
         """Θ(h), h the domain's histogram itself."""
         if expert is not None:
             raise ConfigError(f"an expert is chosen only for methods with experts, not {self.name}")
         h = torch.tensor(coarse_histogram, dtype=torch.float32)
-        if len(h) != arch["n_domains"]:
+        if len(h) != arch.n_domains:
             raise ConfigError(f"the domain histogram has {len(h)} coarse clusters but the soup was trained on "
-                              f"{arch['n_domains']} domains")
+                              f"{arch.n_domains} domains")
         return model.instantiate(h / h.sum()), {"h": [round(float(x), 6) for x in h / h.sum()]}

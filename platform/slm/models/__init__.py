@@ -1,7 +1,8 @@
 """Models: torch only, no Ray. Every instantiated model is a dense ``GPT``.
 
-The names below load their modules on first use (PEP 562), so that ``slm.models.config`` — a job's
-``pretrain.model`` section, read whenever a job is loaded — does not import torch.
+The names below load their modules on first use (PEP 562): ``slm.models.config`` (a job's
+``pretrain.model`` section) does not import torch by itself. Loading a job does, since it imports
+``slm.methods`` to learn each method's settings section.
 """
 
 from __future__ import annotations

@@ -191,7 +191,7 @@ class TrainLoop:
         module = self.module
         raw = self.exported_model()
         summary = {
-            "name": self.spec.name, "method": module.arch["method"], "steps": self.progress.step,
+            "name": self.spec.name, "method": module.arch.method, "steps": self.progress.step,
             "stopped_by": exhausted(self.train.budget, self.progress),
             "final_loss": last.get("loss"), "cost": {"flops": self.progress.flops,
                                                     "device_seconds": self.progress.device_seconds},
@@ -214,8 +214,8 @@ class TrainLoop:
 def run_params(spec: WorkerSpec) -> dict:
     """What a tracker shows as the run's parameters: the method, the model's shape and the training
     settings, flattened (``optim.lr``, ``budget.steps``)."""
-    params = {"method": spec.arch["method"], "config_key": spec.config_key,
-              **{f"model.{k}": v for k, v in spec.arch["gpt"].items()}}
+    params = {"method": spec.arch.method, "config_key": spec.config_key,
+              **{f"model.{k}": v for k, v in dataclasses.asdict(spec.arch.gpt).items()}}
     for key, value in dataclasses.asdict(spec.train).items():
         if isinstance(value, dict):
             params.update({f"{key}.{k}": v for k, v in value.items()})

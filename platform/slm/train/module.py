@@ -10,7 +10,6 @@ and its order, progress and budgets, checkpoints, callbacks.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,15 +47,15 @@ class TrainModule:
         torch.manual_seed(train.seed)  # identical initial weights on every rank
 
         # ---- model: the method's, or (specialization) the dense GPT instantiated from it
-        model = load_dense(spec.init) if spec.init else methods.get(self.arch["method"]).build(self.arch)
-        self.trained_arch = methods.dense_record(dataclasses.asdict(model.config)) if spec.init else self.arch
+        model = load_dense(spec.init) if spec.init else methods.get(self.arch.method).build(self.arch)
+        self.trained_arch = methods.dense_record(model.config) if spec.init else self.arch
         self.dense_config = model.config
         if self.lora.rank:
             from slm.train.lora import lora_wrap  # peft (and transformers): seconds to import, LoRA runs only
 
             model = lora_wrap(model, self.lora)
         model.to(device)
-        self.method = methods.get(self.trained_arch["method"])
+        self.method = methods.get(self.trained_arch.method)
 
         # ---- teacher (distillation, SALT)
         teacher = spec.teacher

@@ -8,9 +8,9 @@ a changed setting is a new run and an unchanged one resumes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from slm.config import NOT_HASHED
+from slm.methods.base import Architecture
 from slm.models.config import ModelConfig
 from slm.train.config import LoraConfig, SelectionConfig, TeacherConfig, TrainConfig
 
@@ -21,9 +21,9 @@ class WorkerSpec:
     config_key: str  # "pretrain.train" or "specialize.train": errors name the user's keys
     output: str  # the run's folder (TrainOutput)
     train: TrainConfig
-    # The architecture record of what the run starts from (a plain dict: checkpoints carry it in their
-    # safetensors header): the method's model, or the dense GPT a specialization fine-tunes.
-    arch: dict[str, Any]
+    # The architecture record of what the run starts from: the method's model, or the dense GPT a
+    # specialization fine-tunes.
+    arch: Architecture
     data: str  # the packed arrays it trains on
     valid: dict[str, str]  # domain → packed valid arrays
     model: ModelConfig = field(default_factory=ModelConfig)  # the method's knobs (e.g. the soup's s)

@@ -212,8 +212,8 @@ def pretrain(cfg: TrainJob) -> dict:
     return _run("pretrain", spec, output, cfg.ray, extra)
 
 
-def _inference_flops(arch: dict) -> int:
-    return dense_flops_per_token(GPTConfig(**arch["gpt"]), training=False)
+def _inference_flops(arch: methods.Architecture) -> int:
+    return dense_flops_per_token(arch.gpt, training=False)
 
 
 def teacher_cost(model_path: Path) -> dict:
@@ -259,7 +259,7 @@ def specialize(cfg: TrainJob) -> dict:
                                  f"(domains with one: {sorted(hist)})")
     model, arch = methods.load_model(source)
     try:
-        dense, chosen = methods.get(arch["method"]).instantiate(model, arch, hist[domain],
+        dense, chosen = methods.get(arch.method).instantiate(model, arch, hist[domain],
                                                                 None if s.expert < 0 else s.expert)
     except ValueError as err:
         if s.expert < 0:
@@ -267,7 +267,7 @@ def specialize(cfg: TrainJob) -> dict:
         raise TrainingInputError(f"config key 'specialize.expert' ({s.expert}): {err}") from err
     output.dir.mkdir(parents=True, exist_ok=True)
     init = output.init
-    save_dense(dense, init, {"method": arch["method"], "source": str(source), **chosen})
+    save_dense(dense, init, {"method": arch.method, "source": str(source), **chosen})
     arrays = packed_arrays(RunLayout.of(cfg), f"domain/{domain}")
     rows = domain_subset(arrays, s.domain_tokens, s.train.seed, str(layout.packed_domain(domain)))
     rows_path = output.rows
@@ -276,12 +276,12 @@ def specialize(cfg: TrainJob) -> dict:
         raise TrainingInputError(f"config key 'specialize.teacher.checkpoint': {s.teacher.checkpoint} does not exist")
     check_precision(s.train, "specialize", cfg)
     spec = WorkerSpec(name=f"{domain}/{name}", config_key="specialize.train", output=str(output.dir.resolve()),
-                      train=_tracked(s.train, cfg), arch=methods.dense_record(arch["gpt"]), data=str(arrays),
+                      train=_tracked(s.train, cfg), arch=methods.dense_record(arch.gpt), data=str(arrays),
                       valid=valid_arrays(RunLayout.of(cfg), [domain]), teacher=_teacher(s.teacher), lora=s.lora,
                       init=str(init.resolve()), init_sha=file_sha256(init), rows=str(rows_path.resolve()),
                       tensorboard=str(layout.tensorboard("specialize", f"{domain}/{name}").resolve()))
     pre = read_manifest(source.parent) or {}
-    extra = {"method": arch["method"], "domain": domain, "source": str(source), "source_method": arch["method"],
+    extra = {"method": arch.method, "domain": domain, "source": str(source), "source_method": arch.method,
              "instantiated": chosen, "domain_tokens": s.domain_tokens, "domain_sequences": int(len(rows)),
              "pretrain_cost": pre.get("cost", {"flops": 0.0, "device_seconds": 0.0}),
              "inference_flops_per_token": dense.flops_per_token(training=False),

@@ -19,8 +19,11 @@
    so ASHA can stop weak trials, and the trainable asks Tune for a token CPU only (its workers hold the
    real resources). With ``num_workers: 0`` the loop trains in the trial's own process, which asks Tune
    for the CPUs (or GPU) it uses and reports to Tune itself: no Ray Train start-up per trial. Trials run
-   in waves: distillation's trials (wave 2) read the teachers that wave 1 specialized. An interrupted
-   sweep is resumed with ``Tuner.restore`` and runs only the trials that had not finished.
+   in waves: distillation's trials (wave 2) read the teachers that wave 1 specialized. A finished trial
+   leaves its row beside its model (``row.json``, keyed on the trial and the specialization config); an
+   interrupted sweep, rerun, reads those rows and gives Tune only the trials without one. (Not
+   ``Tuner.restore``: Tune 2.60 restores its grid from a search state that a driver killed at the wrong
+   moment leaves unusable; trials created from it lost their config.)
 4. **Results table**: one row per trial, Parquet and CSV, with quality and the three costs.
 """
 
@@ -127,7 +130,8 @@ def plan(cfg: SweepJob, check_data: bool = True) -> Plan:
         sizes=_sizes(cfg, list(dict.fromkeys([*sw.sizes, *([sw.large_size] if sw.large_size else [])]))),
         pretrain_tokens_per_step=p_train.batch_size * seq_len * max(1, p_train.num_workers),
         specialize_tokens_per_step=s_train.batch_size * seq_len * max(1, s_train.num_workers),
-        experts=cfg.pretrain.model.n_experts or cfg.cluster.k, peak_flops=peak.flops, peak_flops_source=peak.source)
+        experts=methods.get(methods.SLM_MIX).settings(cfg.pretrain.model).n_experts or cfg.cluster.k,
+        peak_flops=peak.flops, peak_flops_source=peak.source)
     entropy = histogram_entropy(RunLayout.of(cfg), domains) if check_data else {}
     return make_plan(sw, inputs, entropy)
 
@@ -242,7 +246,27 @@ def specialize_trial(config: dict, job: SweepJob, runs: dict[str, PretrainRun], 
     if t.teacher:  # the teacher specialized the teacher run's last snapshot (sweep.large_steps)
         teacher = read_manifest(teacher_output(cfg, t).dir)
         teacher_snapshot = layout.pretrained(t.teacher_run).read_snapshots()[runs[t.teacher_run].steps]
-    ray.tune.report(row(t, m, snapshot, teacher, teacher_snapshot))
+    result = row(t, m, snapshot, teacher, teacher_snapshot)
+    atomic_write_json(row_path(job, t), {"key": trial_key(job, t), "row": result})
+    ray.tune.report(result)
+
+
+def trial_key(cfg: SweepJob, t: Trial) -> str:
+    """What a finished trial's row depends on: the trial and the specialization config."""
+    return config_hash({"trial": asdict(t), "specialize": cfg.specialize})
+
+
+def row_path(cfg: SweepJob, t: Trial) -> Path:
+    return RunLayout.of(cfg).specialized(t.domain, t.name).dir / "row.json"
+
+
+def finished_row(cfg: SweepJob, t: Trial) -> dict | None:
+    """The row a trial left when it finished under the same trial and specialization config, else None."""
+    path = row_path(cfg, t)
+    if not path.exists():
+        return None
+    saved = json.loads(path.read_text())
+    return saved["row"] if saved["key"] == trial_key(cfg, t) else None
 
 
 def trial_resources(train) -> dict:
@@ -284,36 +308,43 @@ def trial_table() -> CLIReporter:
                        max_report_frequency=20 if sys.stdout.isatty() else 60, max_progress_rows=10)
 
 
-def run_wave(cfg: SweepJob, trials: list[Trial], wave: int, runs: dict[str, PretrainRun], out: Path) -> list:
-    """One wave of trials on Tune (restored if an earlier invocation started it); its results."""
+def run_wave(cfg: SweepJob, trials: list[Trial], wave: int, runs: dict[str, PretrainRun], out: Path
+             ) -> tuple[list[dict], list[str]]:
+    """One wave of trials: the rows of those that finished in an earlier invocation, read from disk, and
+    the others run on Tune. Returns (rows, errors)."""
+    rows = {t.name: r for t in trials if (r := finished_row(cfg, t)) is not None}
+    pending = [t for t in trials if t.name not in rows]
+    if rows:
+        print(f"[sweep] wave {wave}: {len(rows)} of {len(trials)} trials finished earlier (rows read from their "
+              f"folders); {len(pending)} to run", flush=True)
+    if not pending:
+        return list(rows.values()), []
     storage = cfg.sweep.storage_path or str((out / "tune").resolve())
     trainable = ray.tune.with_resources(
         ray.tune.with_parameters(specialize_trial, job=cfg, runs=runs, trials_log=str((out / "trials.log").resolve())),
         trial_resources(cfg.specialize.train))
-    space = [asdict(t) for t in trials]
-    # The experiment is keyed on the plan: a changed spec starts afresh instead of restoring another one.
+    space = [asdict(t) for t in pending]
+    # One Tune experiment per set of trials to run: a rerun after an interruption makes a new one for the
+    # trials still missing, and leaves the earlier one on disk as it was.
     name = f"{cfg.sweep.name}-w{wave}-{config_hash({'trials': space, 'specialize': cfg.specialize})[:8]}"
-    experiment = f"{storage.rstrip('/')}/{name}"
-    if Tuner.can_restore(experiment):
-        print(f"[sweep] resuming {experiment}: only unfinished trials run", flush=True)
-        tuner = Tuner.restore(experiment, trainable=trainable, resume_errored=True)
-    else:
-        scheduler = None
-        if cfg.sweep.scheduler == "asha":
-            scheduler = ASHAScheduler(time_attr="step", max_t=max(cfg.sweep.specialize_steps), grace_period=1)
-        tuner = Tuner(
-            trainable,
-            param_space={"trial": ray.tune.grid_search(space)},
-            # Trials that train in their own process reuse it for the next trial: no new Python, torch
-            # and slm imports per trial (a few seconds each, against trials of a few seconds).
-            tune_config=TuneConfig(metric="loss" if scheduler else None, mode="min" if scheduler else None,
-                                   scheduler=scheduler, max_concurrent_trials=concurrency(cfg),
-                                   reuse_actors=not cfg.specialize.train.num_workers,
-                                   trial_name_creator=trial_name, trial_dirname_creator=trial_name),
-            run_config=TuneRunConfig(name=name, storage_path=storage, progress_reporter=trial_table(),
-                                     verbose=1, callbacks=[JsonLoggerCallback(), CSVLoggerCallback()]),
-        )
-    return list(tuner.fit())
+    scheduler = None
+    if cfg.sweep.scheduler == "asha":
+        scheduler = ASHAScheduler(time_attr="step", max_t=max(cfg.sweep.specialize_steps), grace_period=1)
+    tuner = Tuner(
+        trainable,
+        param_space={"trial": ray.tune.grid_search(space)},
+        # Trials that train in their own process reuse it for the next trial: no new Python, torch
+        # and slm imports per trial (a few seconds each, against trials of a few seconds).
+        tune_config=TuneConfig(metric="loss" if scheduler else None, mode="min" if scheduler else None,
+                               scheduler=scheduler, max_concurrent_trials=concurrency(cfg),
+                               reuse_actors=not cfg.specialize.train.num_workers,
+                               trial_name_creator=trial_name, trial_dirname_creator=trial_name),
+        run_config=TuneRunConfig(name=name, storage_path=storage, progress_reporter=trial_table(),
+                                 verbose=1, callbacks=[JsonLoggerCallback(), CSVLoggerCallback()]),
+    )
+    grid = list(tuner.fit())
+    ran = [r.metrics for r in grid if r.metrics and "perplexity" in r.metrics]
+    return list(rows.values()) + ran, [str(r.error) for r in grid if r.error]
 
 
 def run_sweep(cfg: SweepJob) -> dict:
@@ -346,9 +377,9 @@ def run_sweep(cfg: SweepJob) -> dict:
         packed_arrays(RunLayout.of(cfg), f"domain/{domain}")
     results, failed = [], []
     for wave, trials in p.waves():
-        grid = run_wave(cfg, trials, wave, {r.name: r for r in p.runs}, out)
-        results += [r.metrics for r in grid if r.metrics and "perplexity" in r.metrics]
-        failed += [str(r.error) for r in grid if r.error]
+        rows, errors = run_wave(cfg, trials, wave, {r.name: r for r in p.runs}, out)
+        results += rows
+        failed += errors
         if failed:  # a later wave reads this one's models
             break
     table = write_table(results, out)
