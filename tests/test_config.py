@@ -267,3 +267,13 @@ def test_a_run_directory_takes_one_command_at_a_time(corpus_dir, tmp_path):
         holder.wait()
     assert run_job(cfg)["tokenizer"]["vocab_size"] == 300
     assert not (run / ".lock.json").exists()
+
+
+def test_a_training_stage_line_gives_each_domain_its_perplexity():
+    """Methods evaluate different domains: the stage's line gives each its own, never their mean."""
+    from slm.pipeline import stage_summary
+
+    line = stage_summary({"model": "m.safetensors", "eval": {"legal": {"perplexity": 1775.0},
+                                                            "medical": {"perplexity": 2000.5},
+                                                            "macro": {"perplexity": 3408.0}}})
+    assert line == ": model m.safetensors; valid ppl legal 1775.00, medical 2000.50"

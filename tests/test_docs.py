@@ -10,9 +10,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _keys(cls, prefix=""):
+    """Every config key, as YAML writes it: registered sections (a method's settings) under their names."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        if dataclasses.is_dataclass(hints[f.name]):
+        if "registry" in f.metadata:
+            for name, section in f.metadata["registry"].defaults().items():
+                yield from _keys(type(section), f"{prefix}{name}.")
+        elif dataclasses.is_dataclass(hints[f.name]):
             yield from _keys(hints[f.name], f"{prefix}{f.name}.")
         else:
             yield f"{prefix}{f.name}"

@@ -10,6 +10,7 @@ The tokenizer is the run's (``<run>/tokenizer/tokenizer.json``, found above the 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,7 +86,18 @@ def export_hf(model: str | Path, out: str | Path, tokenizer: str | Path | None =
                   "parameters": gpt.num_params(), "seq_len": gpt.config.seq_len,
                   "seconds": round(time.perf_counter() - started, 2)}
         (tmp / EXPORT_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+        ordinary_permissions(tmp)
     return {"out": str(out), **record}
+
+
+def ordinary_permissions(folder: Path) -> None:
+    """Every file as an ordinary new file is (0666 less the umask): transformers writes the weights
+    through a private temporary file (0600), which another user of a shared export could not read."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in folder.rglob("*"):
+        if path.is_file():
+            path.chmod(0o666 & ~umask)
 
 
 @dataclass(frozen=True)

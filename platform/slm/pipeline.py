@@ -303,9 +303,12 @@ def stage_summary(result: dict) -> str:
                 "vocab_size", "trials", "finished", "failed"):
         if isinstance(result.get(key), str | int | float):
             shown.append(f"{key} {result[key]}")
-    macro = (result.get("eval") or {}).get("macro") if isinstance(result.get("eval"), dict) else None
-    if macro:
-        shown.append(f"valid ppl {macro['perplexity']:.2f}")
+    # Per domain, never their mean: methods evaluate different domains (a clustered method only those
+    # with a histogram), and a mean over other domains would rank them on different tests.
+    evaluated = result.get("eval") if isinstance(result.get("eval"), dict) else {}
+    per_domain = [f"{d} {r['perplexity']:.2f}" for d, r in sorted(evaluated.items()) if d != "macro"]
+    if per_domain:
+        shown.append(f"valid ppl {', '.join(per_domain)}")
     return f": {'; '.join(shown)}" if shown else ""
 
 

@@ -67,6 +67,8 @@ def test_slm_export_writes_a_folder_transformers_loads_offline(run_with_model, c
     ids = torch.tensor([[0, *ours[:100]]])
     with torch.no_grad():
         torch.testing.assert_close(hf(ids).logits, model(ids).logits, rtol=0, atol=1e-5)
+    modes = {f.name: f.stat().st_mode & 0o777 for f in out.iterdir()}
+    assert len(set(modes.values())) == 1, modes  # the weights as readable as every other file (the umask's)
     again = slm_cli("export", str(run / "checkpoints" / "generic"), str(out), check=False)
     assert again.returncode == 1 and "--replace" in again.stderr
 

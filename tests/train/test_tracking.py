@@ -41,7 +41,9 @@ def test_progress_lines_say_where_the_run_is_in_its_budget_and_it_ends_with_a_su
     assert "ETA " in lines[0] and "ETA " not in lines[3] and "valid ppl" in lines[3]
     done = next(ln for ln in log.splitlines() if ln.startswith("[train] watched done:"))
     assert "20 steps" in done and "stopped by steps" in done and manifest["model"] in done
-    assert f"macro {manifest['eval']['macro']['perplexity']:.2f}" in done
+    domains = sorted(d for d in manifest["eval"] if d != "macro")
+    assert all(f"{d} {manifest['eval'][d]['perplexity']:.2f}" in done for d in domains) and "macro" not in done
+    assert f"(mean over {', '.join(domains)})" in lines[3]  # the progress line says what its mean is over
 
 
 def test_tensorboard_has_one_short_named_run_with_the_standard_tags(watched):

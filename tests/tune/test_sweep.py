@@ -220,6 +220,15 @@ def test_advise_picks_the_right_row():
     a = ask(inference_budget=10)
     assert a["answer"]["margin"]["runner_up"] == "b" and a["answer"]["margin"]["separable"] is None
     assert not a["answer"]["tie"] and any("spread is unknown" in n for n in a["notes"])
+    # what a budget ruled out although it was better, by which budget and how far: SLM-is's c (24 < 25)
+    # costs 150 per domain against 100; d (20) is over the inference budget, 40 against 10
+    b = ask(inference_budget=10, specialization_budget=100)
+    assert {e["trial"]: e["over"] for e in b["excluded"]} == {
+        "c": {"specialization": {"value": 150, "limit": 100}},
+        "d": {"inference": {"value": 40, "limit": 10}}}
+    text = format_advice(b)
+    assert "- SLM-is (CRISP) (`importance`) at size d2: 24.00 (n=1) (c); over budget: specialization 150 > 100 (1.5×)" in text
+    assert ask()["excluded"] == []  # the best of all was admissible
 
 
 def test_seeds_fold_into_means_with_standard_errors_and_ties_are_called():
@@ -243,8 +252,10 @@ def test_seeds_fold_into_means_with_standard_errors_and_ties_are_called():
     rows = [{**r, "t": r["generic_flops"] + r["per_domain_flops"]} for r in settings.values()]
     assert [r["trial"] for r in pareto(rows, "t")] == ["a", "c", "d"]
     assert [r["trial"] for r in near_front(rows, "t")] == ["b"]
-    summary = markdown(list(settings.values()), trials=len(table))
+    summary = markdown(list(settings.values()), trials=len(table), plots=["pretrain_cost.png"])
     assert "12 specialized models: 4 settings, up to 3 seed(s)" in summary and "| b | 305 | 25.00 ± 0.58 (n=3) |" in summary
+    assert "| SLM-is (CRISP) (`importance`) | d2 |" in summary  # the plots' names, the config's beside
+    assert "Plots: `pretrain_cost.png`." in summary  # only what was written
 
 
 def test_a_table_that_mixes_two_sweeps_is_refused():

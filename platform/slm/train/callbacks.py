@@ -217,7 +217,9 @@ class ProgressPrinter(Callback):
         if "tokens_per_s" in metrics:
             parts.append(f"{metrics['tokens_per_s']:.0f} tok/s mfu {100 * metrics['mfu']:.1f}%")
         if "eval.macro.perplexity" in metrics:
-            parts.append(f"valid ppl {metrics['eval.macro.perplexity']:.2f}")
+            evaluated = sorted({k.removeprefix("eval.").removesuffix(".perplexity") for k in metrics
+                                if k.startswith("eval.") and k.endswith(".perplexity")} - {"macro"})
+            parts.append(f"valid ppl {metrics['eval.macro.perplexity']:.2f} (mean over {', '.join(evaluated)})")
         elapsed, progressed = time.perf_counter() - self._started, fraction - self._from_fraction
         if progressed > 0 and fraction < 1:
             parts.append(f"ETA {format_seconds(elapsed * (1 - fraction) / progressed)}")
@@ -230,7 +232,7 @@ class ProgressPrinter(Callback):
         if loop.rank != 0:
             return
         result = loop.last_eval or {}
-        ppl = ", ".join(f"{d} {r['perplexity']:.2f}" for d, r in result.items())
+        ppl = ", ".join(f"{d} {r['perplexity']:.2f}" for d, r in result.items() if d != "macro")
         sys.stdout.write(f"[train] {self.name} done: {loop.progress.step - self._from_step} steps in "
                          f"{format_seconds(time.perf_counter() - self._started)} (step {loop.progress.step}, "
                          f"stopped by {exhausted(loop.train.budget, loop.progress) or 'resume'}); "

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from slm.methods import display
 from slm.tune.results import aggregate, difference, menu, ppl, read_table
 from slm.tune.stats import separable
 
@@ -51,6 +52,10 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
         "specialization": lambda r: _cost(r, "per_domain", unit) <= specialization_budget,
     }
     admissible = [r for r in rows if all(c(r) for c in checks.values())]
+    value = {"inference": lambda r: r["inference_flops_per_token"], "domain_tokens": lambda r: r["domain_tokens"],
+             "pretrain": lambda r: _cost(r, "generic", unit), "specialization": lambda r: _cost(r, "per_domain", unit)}
+    limit = {"inference": inference_budget, "domain_tokens": domain_tokens, "pretrain": pretrain_budget,
+             "specialization": specialization_budget}
     notes = []
     measured = {
         "inference": (min(r["inference_flops_per_token"] for r in rows), max(r["inference_flops_per_token"] for r in rows)),
@@ -67,7 +72,7 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
         if asked[key] < low:
             notes.append(f"the {key} budget {asked[key]:.3g} is below everything measured (min {low:.3g})")
     if not admissible:
-        return {"answer": None, "evidence": [], "notes": notes + [
+        return {"answer": None, "evidence": [], "excluded": excluded(rows, None, checks, value, limit), "notes": notes + [
             "no measured row fits all the budgets: the request lies outside what was measured; "
             "widen the sweep (smaller sizes, fewer steps) to answer it"]}
     ranked = sorted(admissible, key=lambda r: (r["perplexity"], total(r)))
@@ -96,7 +101,20 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
                        "perplexity": best["perplexity"], "perplexity_se": best["perplexity_se"], "n": best["n"],
                        "accuracy": best["accuracy"], "total": total(best), "unit": unit, "domains": domains,
                        "margin": margin, "tie": bool(tied), "tied_with": tied},
-            "evidence": evidence, "notes": notes}
+            "evidence": evidence, "excluded": excluded(rows, best, checks, value, limit), "notes": notes}
+
+
+def excluded(rows: list[dict], best: dict | None, checks: dict, value: dict, limit: dict) -> list[dict]:
+    """Per method, its best setting that a budget ruled out although its mean perplexity beats the answer
+    (every such setting when there is no answer): which budgets it exceeds, and by how much."""
+    out = {}
+    for r in sorted(rows, key=lambda r: r["perplexity"]):
+        over = {k: {"value": value[k](r), "limit": limit[k]} for k, check in checks.items() if not check(r)}
+        if over and (best is None or r["perplexity"] < best["perplexity"]) and r["method"] not in out:
+            out[r["method"]] = {"trial": r["trial"], "method": r["method"], "size": r["size"],
+                                "perplexity": r["perplexity"], "perplexity_se": r["perplexity_se"], "n": r["n"],
+                                "over": over}
+    return list(out.values())
 
 
 def format_advice(a: dict) -> str:
@@ -121,6 +139,15 @@ def format_advice(a: dict) -> str:
                   "| setting | method | size | ppl | top-1 | C_total |", "|---|---|---|---|---|---|"]
         lines += [f"| {e['trial']} | {e['method']} | {e['size']} | {ppl(e)} | {e['accuracy']:.4f} "
                   f"| {e['total']:.3g} |" for e in a["evidence"]]
+    if a["excluded"]:
+        lines += ["", "Ruled out by a budget although their perplexity is lower:" if a["answer"] else
+                  "Nearest measured settings, and the budgets they exceed:"]
+        for e in a["excluded"]:
+            over = "; ".join(f"{k} {o['value']:.3g} > {o['limit']:.3g} ({o['value'] / o['limit']:.2g}×)"
+                             if o["limit"] > 0 else f"{k} {o['value']:.3g} > {o['limit']:.3g}"
+                             for k, o in e["over"].items())
+            lines.append(f"- {display(e['method'])[0]} (`{e['method']}`) at size {e['size']}: {ppl(e)} "
+                         f"({e['trial']}); over budget: {over}")
     lines += [f"Note: {n}." for n in a["notes"]]
     return "\n".join(lines)
 

@@ -277,14 +277,17 @@ def report(sweep: str | Path, out: str | Path | None = None) -> dict:
             [[(f"{d}: {t:,} in-domain tokens", [r for r in by_domain[d] if r["domain_tokens"] == t])
               for t in sorted({r["domain_tokens"] for r in rows})] for d in domains],
             total_flops, "total FLOPs for one domain")
-    summary = markdown(rows, trials=sum(finite(t["perplexity"]) for t in trials))
+    plots = sorted(p.name for p in out.glob("*.png"))
+    summary = markdown(rows, trials=sum(finite(t["perplexity"]) for t in trials), plots=plots)
     atomic_write_text(out / "summary.md", summary)
     claims = write_claims(trials, Design.of(read_plan(sweep)), out, read_curves(sweep))
-    return {"report": str(out), "plots": sorted(p.name for p in out.glob("*.png")), "rows": len(rows),
+    return {"report": str(out), "plots": plots, "rows": len(rows),
             "claims": {c.id: c.verdict for c in claims}}
 
 
-def markdown(rows: list[dict], trials: int) -> str:
+def markdown(rows: list[dict], trials: int, plots: list[str] = ()) -> str:
+    """summary.md: the best setting per method, the Pareto front and what is within noise of it; methods by
+    the papers' names (as the plots say them) with the config name beside; ``plots``: the figures written."""
     seeds = max(r["n"] for r in rows)
     lines = ["# Sweep summary", "",
              f"{trials} specialized models: {len(rows)} settings, up to {seeds} seed(s) each. Perplexity is the mean "
@@ -295,7 +298,7 @@ def markdown(rows: list[dict], trials: int) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for method in sorted({r["method"] for r in rows}):
         b = min((r for r in rows if r["method"] == method), key=lambda r: r["perplexity"])
-        lines.append(f"| {method} | {b['size']} | {b['pretrain_steps']} | {b['domain']} | {b['domain_tokens']:,} "
+        lines.append(f"| {methods.display(method)[0]} (`{method}`) | {b['size']} | {b['pretrain_steps']} | {b['domain']} | {b['domain_tokens']:,} "
                      f"| {b['specialize_steps']} | {ppl(b)} | {b['accuracy']:.4f} | {total_flops(b):.3g} |")
     for r in rows:
         r["_total"] = total_flops(r)
@@ -307,5 +310,6 @@ def markdown(rows: list[dict], trials: int) -> str:
         lines += ["", "Not separable from the front (no front point that costs no more beats them at 95%, Welch's t):",
                   "", "| setting | total FLOPs | ppl |", "|---|---|---|"]
         lines += [f"| {r['trial']} | {r['_total']:.3g} | {ppl(r)} |" for r in near]
-    lines += ["", "Plots: `pretrain_cost.png`, `specialize_cost.png`, `inference_size.png`, `domain_tokens.png`."]
+    if plots:
+        lines += ["", "Plots: " + ", ".join(f"`{name}`" for name in plots) + "."]
     return "\n".join(lines) + "\n"
