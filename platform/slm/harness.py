@@ -30,7 +30,7 @@ from tokenizers import Tokenizer
 from slm.artifacts import atomic_write_json
 from slm.corpus.layout import domain_dir
 from slm.data.pack import pack_texts
-from slm.export import EXPORT_RECORD, HF_CONFIG, Refusal, export_hf, load_dense, model_file
+from slm.export import EXPORT_RECORD, HF_CONFIG, Refusal, export_hf, load_dense
 from slm.train.data import PackedArrays
 from slm.train.evaluate import evaluate
 from slm.tune.results import add_columns, read_table
@@ -139,7 +139,9 @@ def eval_sweep(sweep: str | Path, domain: str, corpus_dir: str | Path, limit: in
 def eval_domain(model: str | Path, domain: str, corpus_dir: str | Path, limit: int | None = None,
                 tokenizer: str | Path | None = None, out: str | Path | None = None) -> dict:
     """Both measures of ``model`` (an slm checkpoint, its run folder, or an exported folder) on the
-    domain's valid split; written as JSON to ``out`` (default: ``<model folder>/lm_eval/<domain>.json``)."""
+    domain's valid split; written as JSON to ``out`` (default: ``lm_eval/<domain>.json`` in the folder given,
+    or beside the checkpoint file given). ``model`` in the result is what was given; ``source`` the checkpoint
+    an export was made from."""
     started = time.perf_counter()
     documents = valid_documents(corpus_dir, domain, limit)
     path = Path(model).expanduser()
@@ -155,12 +157,13 @@ def eval_domain(model: str | Path, domain: str, corpus_dir: str | Path, limit: i
         source = json.loads(record.read_text())["source"] if record.is_file() else None
         # The platform's measure runs our own model: the export's source checkpoint, if it is still there.
         ours = platform_perplexity(hf_dir, documents) if source and Path(source).is_file() else None
-    result = {"model": source or str(path), "domain": domain, "documents": len(documents),
+    result = {"model": str(path), "source": source, "domain": domain, "documents": len(documents),
               "bytes": sum(len(t.encode("utf-8")) for t in documents), "lm_eval": harness,
               "platform": ours if ours else f"not measured: the export's source checkpoint {source} is not here",
               "bits_per_byte_relative_difference": ours["bits_per_byte"] / harness["bits_per_byte"] - 1 if ours else None,
               "seconds": round(time.perf_counter() - started, 1)}
-    folder = model_file(source).parent if ours else path
+    # Beside what was given (an export's own folder, not its source checkpoint's), named after it.
+    folder = path if path.is_dir() else path.parent
     target = Path(out) if out else folder / "lm_eval" / f"{domain}.json"
     atomic_write_json(target, result)
     return {**result, "written": str(target)}

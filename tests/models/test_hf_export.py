@@ -136,6 +136,12 @@ def test_slm_eval_reports_the_harness_beside_the_platform(run_with_model, corpus
     bad = slm_cli("eval", str(run / "checkpoints" / "generic"), "--domain", "nosuch", f"corpus.dir={corpus_dir}",
                   check=False)
     assert bad.returncode == 1 and "nosuch" in bad.stderr
+    # An export is scored in its own folder and named as given, its source checkpoint beside
+    export = tmp_path / "exported"
+    slm_cli("export", str(run / "checkpoints" / "generic"), str(export))
+    scored = json.loads(slm_cli("eval", str(export), "--domain", "medical", "--limit", "2", f"corpus.dir={corpus_dir}").stdout)
+    assert scored["written"] == str(export / "lm_eval" / "medical.json") and scored["model"] == str(export)
+    assert scored["source"] == str((run / "checkpoints" / "generic" / "model.safetensors").resolve())
 
 
 def test_slm_eval_puts_the_harness_numbers_into_a_sweeps_table(run_with_model, corpus_dir, slm_cli):
