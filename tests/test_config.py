@@ -277,3 +277,13 @@ def test_a_training_stage_line_gives_each_domain_its_perplexity():
                                                             "medical": {"perplexity": 2000.5},
                                                             "macro": {"perplexity": 3408.0}}})
     assert line == ": model m.safetensors; valid ppl legal 1775.00, medical 2000.50"
+
+
+def test_the_dashboards_job_name_says_the_method_and_size():
+    from slm.pipeline import job_name
+
+    cfg = load_job(None, ["run.name=quickstart", "stages=[pack, pretrain]", "pretrain.method=soup",
+                          "pretrain.model.depth=2"])
+    assert job_name(cfg) == "slm quickstart: pack, pretrain soup-d2"
+    sweep = load_job(None, ["run.name=quickstart", "stages=[sweep, report]", "sweep.name=study-seed0"])
+    assert job_name(sweep) == "slm quickstart: sweep study-seed0, report"

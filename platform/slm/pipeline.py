@@ -320,6 +320,16 @@ def run_job(cfg: JobConfig) -> dict[str, dict]:
         return _run_stages(cfg)
 
 
+def job_name(cfg: JobConfig) -> str:
+    """The Ray job's name in the dashboard: the run and its stages, a training stage with its method and
+    size (``slm quickstart: pretrain soup-d2``), a sweep with its name."""
+    labels = {"pretrain": f"pretrain {cfg.pretrain.method}-{cfg.pretrain.model.size_name}",
+              "specialize": f"specialize {cfg.specialize.name or cfg.specialize.source} on "
+                            f"{cfg.specialize.domain or cfg.resample.domain}",
+              "sweep": f"sweep {cfg.sweep.name}"}
+    return f"slm {cfg.run.name}: {', '.join(labels.get(stage, stage) for stage in cfg.stages)}"
+
+
 def _run_stages(cfg: JobConfig) -> dict[str, dict]:
     run_dir = cfg.run.dir
     layout = RunLayout.of(cfg)
@@ -327,7 +337,7 @@ def _run_stages(cfg: JobConfig) -> dict[str, dict]:
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{'-'.join(cfg.stages)}"
     atomic_write_text(layout.invocation(stamp), resolved)
     atomic_write_text(layout.config, resolved)
-    os.environ.setdefault(JOB_NAME_ENV, f"slm {cfg.run.name}: {' '.join(cfg.stages)}")
+    os.environ.setdefault(JOB_NAME_ENV, job_name(cfg))
     print(f"[run] {cfg.run.name}: stages {cfg.stages}; outputs in {run_dir}", flush=True)
     results, resources = {}, {}
     try:
