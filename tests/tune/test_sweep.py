@@ -258,6 +258,33 @@ def test_seeds_fold_into_means_with_standard_errors_and_ties_are_called():
     assert "Plots: `pretrain_cost.png`." in summary  # only what was written
 
 
+def test_the_table_is_a_tensorboard_hparams_experiment(tmp_path):
+    """One HParams session per trial, its budgets as hyperparameters and its measures as metrics, which
+    TensorBoard's own plugin data decodes; a rewrite replaces the sessions instead of adding to them."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    from slm.tune.results import write_hparams
+
+    rows = [{**r, "perplexity_before": 100.0, "specialize_flops": 1.0, "pretrain_flops": 2.0} for r in trials(ROWS, seed=0)]
+    for _ in range(2):
+        folder = write_hparams(rows, tmp_path / "tensorboard")
+    sessions = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    assert sessions == ["a-seed0", "b-seed0", "c-seed0", "d-seed0"]
+    events = EventAccumulator(str(folder / "b-seed0"))
+    events.Reload()
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        events.SummaryMetadata("_hparams_/session_start_info").plugin_data.content).session_start_info
+    assert start.hparams["method"].string_value == "soup" and start.hparams["size"].string_value == "d2"
+    assert start.hparams["domain_tokens"].number_value == 1000
+    assert events.Scalars("perplexity")[0].value == 25.0 and events.Scalars("accuracy")[0].value == pytest.approx(0.2)
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(
+        events.SummaryMetadata("_hparams_/experiment").plugin_data.content).experiment
+    # what varies across these trials (size, in-domain tokens) and the method; not the one domain, seed, …
+    assert {h.name for h in experiment.hparam_infos} == {"method", "size", "domain_tokens"}
+    assert {m.name.tag for m in experiment.metric_infos} >= {"perplexity", "accuracy", "per_domain_flops"}
+
+
 def test_a_table_that_mixes_two_sweeps_is_refused():
     table = trials(ROWS, 0) + [{**r, "size": "d4"} for r in trials(ROWS, 1)]
     with pytest.raises(ValueError, match="setting 'a' has different 'size'"):

@@ -89,6 +89,32 @@ def write_table(rows: list[dict], out: Path) -> Path:
     return out / "results.parquet"
 
 
+# TensorBoard's HParams dashboard: one session per trial (a setting at one seed), its budgets as
+# hyperparameters (those that vary across the trials; -1: none, a trial without a seed or an expert)
+# and what it measured as metrics.
+HPARAMS = ["method", "size", "domain", "pretrain_steps", "domain_tokens", "specialize_steps", "seed", "expert",
+           "params"]
+HPARAM_METRICS = ["perplexity", "accuracy", "perplexity_before", "pretrain_flops", "specialize_flops",
+                  "per_domain_flops"]
+
+
+def write_hparams(rows: list[dict], logdir: Path) -> Path:
+    """The results table as TensorBoard HParams sessions under ``logdir/hparams`` (made afresh, atomically):
+    ``tensorboard --logdir <sweep>/tensorboard``, HParams tab, filters and sorts the trials by method and
+    budgets, its parallel-coordinates view plots them against perplexity."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    # What is the same for every trial (one domain, no experts) would only crowd out what varies.
+    varying = [k for k in HPARAMS if k == "method" or len({r[k] for r in rows}) > 1]
+    discrete = {k: sorted({r[k] for r in rows}) for k in ("method", "size", "domain") if k in varying}
+    with atomic_path(logdir / "hparams") as tmp, SummaryWriter(log_dir=str(tmp)) as writer:
+        for r in sorted(rows, key=lambda r: r["trial"]):
+            hparams = {k: -1 if r[k] is None else r[k] for k in varying}
+            metrics = {k: r[k] for k in HPARAM_METRICS if finite(r[k])}
+            writer.add_hparams(hparams, metrics, hparam_domain_discrete=discrete, run_name=r["trial"])
+    return logdir / "hparams"
+
+
 def add_columns(sweep: str | Path, values: dict[str, dict[str, float]]) -> Path:
     """Measurements made after a sweep (``slm eval --sweep``: lm-evaluation-harness's numbers) as columns
     of its results table, by trial name; a trial without one gets null; the table is rewritten atomically

@@ -70,7 +70,7 @@ from slm.tune.plan import (
     format_plan,
     make_plan,
 )
-from slm.tune.results import row, write_curves, write_table
+from slm.tune.results import row, write_curves, write_hparams, write_table
 
 
 def sweep_dir(cfg: SweepJob) -> Path:
@@ -383,6 +383,8 @@ def run_sweep(cfg: SweepJob) -> dict:
         if failed:  # a later wave reads this one's models
             break
     table = write_table(results, out)
+    if results:
+        write_hparams(results, out / "tensorboard")
     print(f"[sweep] {len(results)} of {len(p.trials)} trials finished; results in {table}", flush=True)
     if failed:  # the table keeps what finished; the stage fails so that scripts and CI see it
         raise RuntimeError(f"sweep: {len(failed)} trials failed (the results table holds the {len(results)} of "
