@@ -256,6 +256,11 @@ def test_seeds_fold_into_means_with_standard_errors_and_ties_are_called():
     assert "12 specialized models: 4 settings, up to 3 seed(s)" in summary and "| b | 305 | 25.00 ± 0.58 (n=3) |" in summary
     assert "| SLM-is (CRISP) (`importance`) | d2 |" in summary  # the plots' names, the config's beside
     assert "Plots: `pretrain_cost.png`." in summary  # only what was written
+    from slm.tune.report import caption  # what every plot's points and error bars are, and what the axes omit
+    assert caption(list(settings.values())) == (
+        "Each point a setting: mean over up to 3 seeds, error bars ± 1 standard error. Served size d2 (0.00M params), "
+        "d4 (0.00M params); 1 specialization steps. Points of one cost are spread sideways a little so that none "
+        "hides another.")
 
 
 def test_the_table_is_a_tensorboard_hparams_experiment(tmp_path):

@@ -19,6 +19,7 @@ black and not joined, the points that no front point costing no more beats at 95
 from __future__ import annotations
 
 import json
+import textwrap
 from dataclasses import replace
 from pathlib import Path
 
@@ -71,6 +72,7 @@ def near_front(rows: list[dict], cost: str, quality: str = "perplexity") -> list
 
 
 MARKERS = "osD^vP*X"
+DODGE = 0.02  # each group's points moved sideways by this fraction of the log axis, relative to the next
 
 
 def _scatter(ax, rows: list[dict], cost, title: str, xlabel: str, markers: dict[int, str]) -> None:
@@ -79,19 +81,21 @@ def _scatter(ax, rows: list[dict], cost, title: str, xlabel: str, markers: dict[
     would claim the settings in between)."""
     for r in rows:
         r["_x"] = cost(r)
-    for method in sorted({r["method"] for r in rows}):
-        for tokens in sorted({r["domain_tokens"] for r in rows}):
-            mine = [r for r in rows if r["method"] == method and r["domain_tokens"] == tokens]
-            if mine:
-                ax.errorbar([r["_x"] for r in mine], [r["perplexity"] for r in mine],
-                            yerr=[r["perplexity_se"] or 0.0 for r in mine], fmt=markers[tokens], capsize=3,
-                            alpha=0.8, color=methods.display(method)[1], markersize=5)
-    front = pareto(rows, "_x")
-    ax.scatter([r["_x"] for r in front], [r["perplexity"] for r in front], s=140, facecolors="none",
+    groups = [(m, t) for m in sorted({r["method"] for r in rows}) for t in sorted({r["domain_tokens"] for r in rows})]
+    for k, (method, tokens) in enumerate(groups):
+        mine = [r for r in rows if r["method"] == method and r["domain_tokens"] == tokens]
+        for r in mine:  # points of one cost spread sideways, a group at a time, so that none hides another
+            r["_shown_x"] = r["_x"] * (1 + DODGE) ** (k - (len(groups) - 1) / 2)
+        if mine:
+            ax.errorbar([r["_shown_x"] for r in mine], [r["perplexity"] for r in mine],
+                        yerr=[r["perplexity_se"] or 0.0 for r in mine], fmt=markers[tokens], capsize=3,
+                        alpha=0.8, color=methods.display(method)[1], markersize=5)
+    front = pareto(rows, "_x")  # on the true costs; ringed where the points are drawn
+    ax.scatter([r["_shown_x"] for r in front], [r["perplexity"] for r in front], s=140, facecolors="none",
                edgecolors="black")
     near = near_front(rows, "_x")
     if near:
-        ax.scatter([r["_x"] for r in near], [r["perplexity"] for r in near], s=140, facecolors="none",
+        ax.scatter([r["_shown_x"] for r in near], [r["perplexity"] for r in near], s=140, facecolors="none",
                    edgecolors="gray", linestyles="--")
     _log_x(ax, [r["_x"] for r in rows if finite(r["_x"])])
     ax.set_xlabel(xlabel)
@@ -107,13 +111,13 @@ def _legend_handles(rows: list[dict], markers: dict[int, str]) -> list:
 
     handles = [Line2D([], [], marker="o", ls="", color=methods.display(m)[1], label=methods.display(m)[0])
                for m in sorted({r["method"] for r in rows})]
-    handles += [Line2D([], [], marker=markers[t], ls="", color="dimgray", label=f"{t:,} in-domain tokens")
-                for t in sorted(markers)]
+    handles += [Line2D([], [], marker=markers[t], ls="", color="black", markerfacecolor="none",
+                       label=f"{t:,} in-domain tokens") for t in sorted(markers)]
     handles.append(Line2D([], [], marker="o", ls="", markersize=11, markerfacecolor="none", color="black",
                           label="Pareto-optimal (means)"))
     if any(r["perplexity_se"] for r in rows):
         handles.append(Line2D([], [], marker="o", ls="", markersize=11, markerfacecolor="none", color="gray",
-                              label="within noise of the front"))
+                              markeredgewidth=1.2, fillstyle="none", label="within noise of the front (dashed)"))
     return handles
 
 
@@ -143,8 +147,8 @@ def _figure(path: Path, grid: list[list[tuple[str, list[dict]]]], cost, xlabel: 
     every = [r for line in grid for _, rows in line for r in rows]
     markers = {t: MARKERS[i % len(MARKERS)] for i, t in enumerate(sorted({r["domain_tokens"] for r in every}))}
     n_rows, n_cols = len(grid), max(len(line) for line in grid)
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.6 * n_cols + 2.6, 3.8 * n_rows), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.6 * n_cols + 2.6, 3.8 * n_rows + 0.4), squeeze=False,
+                             layout="constrained", sharey=True)  # one perplexity scale: panels compare
     for i, line in enumerate(grid):
         for j in range(n_cols):
             if j < len(line):
@@ -152,9 +156,25 @@ def _figure(path: Path, grid: list[list[tuple[str, list[dict]]]], cost, xlabel: 
             else:
                 axes[i][j].set_visible(False)
     fig.legend(handles=_legend_handles(every, markers), loc="outside right upper", fontsize=8)
+    # Above the panels only (the legend has the right margin): wrapped to their width.
+    fig.suptitle(textwrap.fill(caption(every), width=int(14 * 4.6 * n_cols)), fontsize=8, x=0.01,
+                 horizontalalignment="left")
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
+
+
+def caption(rows: list[dict]) -> str:
+    """What every panel's points are: means over seeds with standard errors, the served sizes and the
+    specialization budgets (the axes show neither)."""
+    n = max(r["n"] for r in rows)
+    sizes = ", ".join(f"{s} ({next(r['params'] for r in rows if r['size'] == s) / 1e6:.2f}M params)"
+                      for s in sorted({r["size"] for r in rows}))
+    steps = ", ".join(str(s) for s in sorted({r["specialize_steps"] for r in rows}))
+    spread = (f"mean over up to {n} seeds, error bars ± 1 standard error" if n > 1
+              else "one seed per point: no error bars (spread unknown)")
+    return (f"Each point a setting: {spread}. Served size {sizes}; {steps} specialization steps. "
+            "Points of one cost are spread sideways a little so that none hides another.")
 
 
 def read_plan(sweep: Path) -> Plan:
