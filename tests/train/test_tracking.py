@@ -57,6 +57,7 @@ def test_tensorboard_has_one_short_named_run_with_the_standard_tags(watched):
     tags = set(events.Tags()["scalars"])
     assert {"train/loss", "train/lr", "perf/mfu", "eval/legal/ppl", "eval/macro/ppl"} <= tags
     assert [e.step for e in events.Scalars("train/loss")] == [5, 10, 15, 20]
+    assert [e.step for e in events.Scalars("eval/legal/ppl")] == [0, 10, 20]  # from before the first step
 
 
 def test_mlflow_lists_the_run_with_its_metrics_and_parameters(watched):

@@ -97,6 +97,11 @@ class MetricsLogger(Callback):
         self._truncate(loop.progress.step)
         self.jsonl = open(self.output.metrics, "a")  # noqa: SIM115 (open for the whole run)
         self.tb = SummaryWriter(self.tensorboard) if self.enabled else None
+        if self.tb is not None and loop.progress.step == 0 and loop.initial_eval:
+            # The evaluation before the first step (Evaluator, which runs first): every eval curve starts
+            # at step 0, so a short specialization's curve is a line, not one dot at its last step.
+            for tag, value in tracker_metrics(eval_metrics(loop.initial_eval)).items():
+                self.tb.add_scalar(tag, value, 0)
 
     def _truncate(self, step: int) -> None:
         """A resumed run logs from its checkpoint's step on: the rows an interrupted run wrote after it
@@ -261,8 +266,12 @@ class Evaluator(Callback):
         if loop.valid and (loop.finished or (every and loop.progress.step % every == 0)):
             result = loop.run_evaluation()
             loop.last_eval = result
-            metrics.update({f"eval.{d}.{k}": v for d, r in result.items() for k, v in r.items()
-                            if k not in ("tokens", "rows")})
+            metrics.update(eval_metrics(result))
+
+
+def eval_metrics(result: dict) -> dict:
+    """An evaluation's result as flat metrics (``eval.<domain>.<measure>``)."""
+    return {f"eval.{d}.{k}": v for d, r in result.items() for k, v in r.items() if k not in ("tokens", "rows")}
 
 
 class Snapshotter(Callback):
