@@ -327,6 +327,7 @@ def test_the_study_design_meets_the_issue(slm_cli):
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # 660 s of CI's ~3,800 (the slowest test): the study's spec, run twice
 def test_tiny_study_killed_and_rerun_runs_only_missing_trials(train_run, tmp_path):
     """The study's spec at CI size (two seeds, one domain, three methods, the claims' experiments, the tiny
     model, trials training in their own processes) on the data tests' run: killed with SIGKILL mid-sweep,
@@ -358,7 +359,6 @@ def test_tiny_study_killed_and_rerun_runs_only_missing_trials(train_run, tmp_pat
     started_first = [json.loads(line)["trial"] for line in (out / "trials.log").read_text().splitlines()]
     second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    assert "resuming" in second.stdout
     # Legible output (issue 18): Tune's trials and their folders carry the sweep's trial names, its table
     # their method and budgets; one TensorBoard run per training run, short-named, and none of Tune's;
     # no ANSI codes and no Ray log folding in a redirected log.
