@@ -424,7 +424,8 @@ def test_a_study_in_two_parts_reports_as_one(train_run, slm_cli, tmp_path):
     parts = {}
     for seed in (0, 1):
         name = f"part{seed}"
-        slm_cli("sweep", "jobs/sweeps/study.yaml", *common, f"sweep.seeds=[{seed}]", f"sweep.name={name}")
+        printed = slm_cli("sweep", "jobs/sweeps/study.yaml", *common, f"sweep.seeds=[{seed}]", f"sweep.name={name}").stdout
+        assert re.search(r"\[sweep\] pretraining 2/2 done: \S+-tiny-seed\d \(\d+ min \d+ s in\)", printed)  # k of N
         parts[seed] = train_run.run.dir / "sweeps" / name
     design = tmp_path / "design.json"
     slm_cli("sweep", "jobs/sweeps/study.yaml", "--dry-run", "--plan-out", str(design), *common, "sweep.seeds=[0, 1]")

@@ -193,10 +193,11 @@ def pretrain_all(cfg: SweepJob, runs: tuple[PretrainRun, ...]) -> None:
     own process are Ray tasks, as many at once as the cluster's resources allow, a SALT run after its
     teacher (Ray passes the teacher's result as the task's argument, so it waits for it)."""
     train = cfg.pretrain.train
+    started = time.perf_counter()
     if train.num_workers:
-        for run in runs:
-            run_cfg = run_config(cfg, run)
-            pretrain(run_cfg)
+        for k, run in enumerate(runs, 1):
+            pretrain(run_config(cfg, run))
+            print(f"[sweep] pretraining {k}/{len(runs)} done: {run.name} ({_elapsed(started)})", flush=True)
         return
     # The arrays every run memory-maps, made here once rather than by two tasks at the same time.
     for run in runs:
@@ -209,7 +210,17 @@ def pretrain_all(cfg: SweepJob, runs: tuple[PretrainRun, ...]) -> None:
         teachers = [refs[run.teacher]] if run.teacher in refs else []
         # named after the run: the dashboard's task list and timeline say which run each process is
         refs[run.name] = task.options(name=f"pretrain:{run.name}", **resources).remote(run_config(cfg, run), *teachers)
-    ray.get(list(refs.values()))
+    pending = list(refs.values())
+    while pending:  # a line per finished run: where the pretraining stands, k of N
+        done, pending = ray.wait(pending, num_returns=1)
+        name = ray.get(done[0])  # raises the run's error here
+        print(f"[sweep] pretraining {len(runs) - len(pending)}/{len(runs)} done: {name} ({_elapsed(started)})",
+              flush=True)
+
+
+def _elapsed(started: float) -> str:
+    seconds = int(time.perf_counter() - started)
+    return f"{seconds // 60} min {seconds % 60} s in"
 
 
 def trial_config(cfg: SweepJob, t: Trial) -> SweepJob:
