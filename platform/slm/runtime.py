@@ -127,6 +127,9 @@ def init_ray(cfg: RayConfig):
                                                      runtime_env={"env_vars": env})
     if not verbose():  # "Started a local Ray instance. View the dashboard at …" in ANSI colours: the
         logging.getLogger("ray._private.worker").setLevel(logging.WARNING)  # [ray] line below says it
+        # "Token authentication is enabled … set RAY_AUTH_MODE=disabled to opt out": it stays on (docs/
+        # cluster.md), and a first-time user should not be told how to switch it off at every start.
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
     if address:
         context = ray.init(address=address, log_to_driver=True, job_config=job_config)
         where = f"connected to Ray at {address}"
