@@ -59,9 +59,6 @@ class Registry:
             raise ValueError(f"{self.what} {name!r} is registered twice")
         self._classes[name] = cls
 
-    def __contains__(self, name: object) -> bool:
-        return name in self._classes
-
     def names(self) -> list[str]:
         return list(self._classes)
 
