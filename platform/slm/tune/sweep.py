@@ -335,9 +335,10 @@ def run_wave(cfg: SweepJob, trials: list[Trial], wave: int, runs: dict[str, Pret
         ray.tune.with_parameters(specialize_trial, job=cfg, runs=runs, trials_log=str((out / "trials.log").resolve())),
         trial_resources(cfg.specialize.train))
     space = [asdict(t) for t in pending]
-    # One Tune experiment per set of trials to run: a rerun after an interruption makes a new one for the
-    # trials still missing, and leaves the earlier one on disk as it was.
-    name = f"{cfg.sweep.name}-w{wave}-{config_hash({'trials': space, 'specialize': cfg.specialize})[:8]}"
+    # One Tune experiment per invocation and set of trials to run: a rerun after an interruption makes a
+    # new one for the trials still missing (never Tune's restore), and leaves the earlier one as it was.
+    digest = config_hash({"trials": space, "specialize": cfg.specialize})[:8]
+    name = f"{cfg.sweep.name}-w{wave}-{digest}-{time.strftime('%Y%m%d-%H%M%S')}"
     scheduler = None
     if cfg.sweep.scheduler == "asha":
         scheduler = ASHAScheduler(time_attr="step", max_t=max(cfg.sweep.specialize_steps), grace_period=1)
