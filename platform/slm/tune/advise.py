@@ -45,34 +45,22 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
     def total(r):
         return _cost(r, "generic", unit) + domains * _cost(r, "per_domain", unit)
 
-    checks = {
-        "inference": lambda r: r["inference_flops_per_token"] <= inference_budget,
-        "domain_tokens": lambda r: r["domain_tokens"] <= domain_tokens,
-        "pretrain": lambda r: _cost(r, "generic", unit) <= pretrain_budget,
-        "specialization": lambda r: _cost(r, "per_domain", unit) <= specialization_budget,
-    }
-    admissible = [r for r in rows if all(c(r) for c in checks.values())]
+    # Each budget: what a row spends of it, and the user's limit. A row is admissible within every limit.
     value = {"inference": lambda r: r["inference_flops_per_token"], "domain_tokens": lambda r: r["domain_tokens"],
              "pretrain": lambda r: _cost(r, "generic", unit), "specialization": lambda r: _cost(r, "per_domain", unit)}
     limit = {"inference": inference_budget, "domain_tokens": domain_tokens, "pretrain": pretrain_budget,
              "specialization": specialization_budget}
+    admissible = [r for r in rows if not over_budget(r, value, limit)]
     notes = []
-    measured = {
-        "inference": (min(r["inference_flops_per_token"] for r in rows), max(r["inference_flops_per_token"] for r in rows)),
-        "domain_tokens": (min(r["domain_tokens"] for r in rows), max(r["domain_tokens"] for r in rows)),
-        "pretrain": (min(_cost(r, "generic", unit) for r in rows), max(_cost(r, "generic", unit) for r in rows)),
-        "specialization": (min(_cost(r, "per_domain", unit) for r in rows), max(_cost(r, "per_domain", unit) for r in rows)),
-    }
-    asked = {"inference": inference_budget, "domain_tokens": domain_tokens, "pretrain": pretrain_budget,
-             "specialization": specialization_budget}
+    measured = {k: (min(spend(r) for r in rows), max(spend(r) for r in rows)) for k, spend in value.items()}
     for key, (low, high) in measured.items():
-        if asked[key] > high:
-            notes.append(f"the {key} budget {asked[key]:.3g} is above everything measured (max {high:.3g}): "
+        if limit[key] > high:
+            notes.append(f"the {key} budget {limit[key]:.3g} is above everything measured (max {high:.3g}): "
                          f"a larger model or longer run could do better, but the sweep did not measure it")
-        if asked[key] < low:
-            notes.append(f"the {key} budget {asked[key]:.3g} is below everything measured (min {low:.3g})")
+        if limit[key] < low:
+            notes.append(f"the {key} budget {limit[key]:.3g} is below everything measured (min {low:.3g})")
     if not admissible:
-        return {"answer": None, "evidence": [], "excluded": excluded(rows, None, checks, value, limit), "notes": notes + [
+        return {"answer": None, "evidence": [], "excluded": excluded(rows, None, value, limit), "notes": notes + [
             "no measured row fits all the budgets: the request lies outside what was measured; "
             "widen the sweep (smaller sizes, fewer steps) to answer it"]}
     ranked = sorted(admissible, key=lambda r: (r["perplexity"], total(r)))
@@ -101,15 +89,20 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
                        "perplexity": best["perplexity"], "perplexity_se": best["perplexity_se"], "n": best["n"],
                        "accuracy": best["accuracy"], "total": total(best), "unit": unit, "domains": domains,
                        "margin": margin, "tie": bool(tied), "tied_with": tied},
-            "evidence": evidence, "excluded": excluded(rows, best, checks, value, limit), "notes": notes}
+            "evidence": evidence, "excluded": excluded(rows, best, value, limit), "notes": notes}
 
 
-def excluded(rows: list[dict], best: dict | None, checks: dict, value: dict, limit: dict) -> list[dict]:
+def over_budget(r: dict, value: dict, limit: dict) -> dict[str, dict]:
+    """The budgets row ``r`` exceeds: each with what it spends and the limit."""
+    return {k: {"value": spend(r), "limit": limit[k]} for k, spend in value.items() if spend(r) > limit[k]}
+
+
+def excluded(rows: list[dict], best: dict | None, value: dict, limit: dict) -> list[dict]:
     """Per method, its best setting that a budget ruled out although its mean perplexity beats the answer
     (every such setting when there is no answer): which budgets it exceeds, and by how much."""
     out = {}
     for r in sorted(rows, key=lambda r: r["perplexity"]):
-        over = {k: {"value": value[k](r), "limit": limit[k]} for k, check in checks.items() if not check(r)}
+        over = over_budget(r, value, limit)
         if over and (best is None or r["perplexity"] < best["perplexity"]) and r["method"] not in out:
             out[r["method"]] = {"trial": r["trial"], "method": r["method"], "size": r["size"],
                                 "perplexity": r["perplexity"], "perplexity_se": r["perplexity_se"], "n": r["n"],
