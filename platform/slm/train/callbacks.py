@@ -222,8 +222,7 @@ class ProgressPrinter(Callback):
         if "tokens_per_s" in metrics:
             parts.append(f"{metrics['tokens_per_s']:.0f} tok/s mfu {100 * metrics['mfu']:.1f}%")
         if "eval.macro.perplexity" in metrics:
-            evaluated = sorted({k.removeprefix("eval.").removesuffix(".perplexity") for k in metrics
-                                if k.startswith("eval.") and k.endswith(".perplexity")} - {"macro"})
+            evaluated = sorted(d for d in loop.last_eval if d != "macro")  # this step's (Evaluator runs first)
             parts.append(f"valid ppl {metrics['eval.macro.perplexity']:.2f} (mean over {', '.join(evaluated)})")
         elapsed, progressed = time.perf_counter() - self._started, fraction - self._from_fraction
         if progressed > 0 and fraction < 1:
