@@ -164,12 +164,16 @@ def _figure(path: Path, grid: list[list[tuple[str, list[dict]]]], cost, xlabel: 
     plt.close(fig)
 
 
+def served_size(rows: list[dict], size: str) -> str:
+    """A size as the plots name it: ``d2 (1.44M params)``."""
+    return f"{size} ({next(r['params'] for r in rows if r['size'] == size) / 1e6:.2f}M params)"
+
+
 def caption(rows: list[dict]) -> str:
     """What every panel's points are: means over seeds with standard errors, the served sizes and the
     specialization budgets (the axes show neither)."""
     n = max(r["n"] for r in rows)
-    sizes = ", ".join(f"{s} ({next(r['params'] for r in rows if r['size'] == s) / 1e6:.2f}M params)"
-                      for s in sorted({r["size"] for r in rows}))
+    sizes = ", ".join(served_size(rows, s) for s in sorted({r["size"] for r in rows}))
     steps = ", ".join(str(s) for s in sorted({r["specialize_steps"] for r in rows}))
     spread = (f"mean over up to {n} seeds, error bars ± 1 standard error" if n > 1
               else "one seed per point: no error bars (spread unknown)")
@@ -290,7 +294,7 @@ def report(sweep: str | Path, out: str | Path | None = None) -> dict:
     (out / "inference_size.png").unlink(missing_ok=True)
     if len(sizes) > 1:  # one served size: the pretraining plot says it all
         _figure(out / "inference_size.png",
-                [[(f"{d}: served size {s} ({next(r['params'] for r in rows if r['size'] == s) / 1e6:.2f}M params)",
+                [[(f"{d}: served size {served_size(rows, s)}",
                    [r for r in by_domain[d] if r["size"] == s]) for s in sizes] for d in domains],
                 total_flops, "total FLOPs for one domain")
     _figure(out / "domain_tokens.png",
