@@ -14,6 +14,9 @@ black and not joined, the points that no front point costing no more beats at 95
 - ``inference_size.png``: vs total FLOPs for one domain, a panel per served model size (only when the
   sweep has more than one);
 - ``domain_tokens.png``: vs total FLOPs for one domain, a panel per in-domain data size.
+
+Beside them: ``summary.md``, ``claims.md`` (``slm.tune.claims``) and ``report.html`` (``slm.tune.page``:
+all of it, with the advice at the sweep's budgets, in one offline page).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import numpy as np
 from slm import methods
 from slm.artifacts import atomic_path, atomic_write_json, atomic_write_text
 from slm.tune.claims import Design, write_claims
+from slm.tune.page import page
 from slm.tune.plan import Plan
 from slm.tune.results import (
     aggregate,
@@ -304,8 +308,15 @@ def report(sweep: str | Path, out: str | Path | None = None) -> dict:
     plots = sorted(p.name for p in out.glob("*.png"))
     summary = markdown(rows, trials=sum(finite(t["perplexity"]) for t in trials), plots=plots)
     atomic_write_text(out / "summary.md", summary)
-    claims = write_claims(trials, Design.of(read_plan(sweep)), out, read_curves(sweep))
-    return {"report": str(out), "plots": plots, "rows": len(rows),
+    plan = read_plan(sweep)
+    claims = write_claims(trials, Design.of(plan), out, read_curves(sweep))
+    for r in rows:
+        r["_total"] = total_flops(r)
+    measured = {t["trial"] for t in trials if finite(t["perplexity"])}
+    html = page(sweep.name, trials, rows, plan, out, front={r["trial"] for r in pareto(rows, "_total")},
+                near={r["trial"] for r in near_front(rows, "_total")}, caption=caption(rows),
+                missing=sorted(t.name for t in plan.trials if t.name not in measured))
+    return {"report": str(out), "html": str(html), "plots": plots, "rows": len(rows),
             "claims": {c.id: c.verdict for c in claims}}
 
 
