@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from tests.conftest import noise
+
 pytestmark = pytest.mark.ray
 
 STAGES = ["embed", "cluster", "histogram", "resample", "tokenizer", "pack"]  # after corpus and stats
@@ -56,6 +58,7 @@ def test_quickstart_job_on_the_mini_corpus(slm_cli, mini_corpus_dir, embedded, t
                    f"embed.output={embeddings}", "resample.tokens=20000", timeout=900)
     out = proc.stdout
     assert "started an embedded local Ray" in out and "dashboard http://127.0.0.1:" in out
+    assert noise(proc.stdout + proc.stderr) == {}  # issue 31: no alarming library line without -v
     results = check_outputs(tmp_path / "quickstart", domains, embeddings, domains)  # the fixture embedded all three
     assert list(results) == STAGES
     # the data tests' embedding is this job's too (the same vectors' config): found complete, nothing redone

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import platform
+import re
 import sys
 import threading
 from dataclasses import dataclass
@@ -108,6 +109,36 @@ def serve_this_machine_only() -> None:
     ray_constants.ENABLE_RAY_CLUSTER = ray_constants.env_bool(ONE_MACHINE_ENV, True)
 
 
+# Lines Ray forwards to the driver (from the raylet's error channel and the log monitor) that alarm a new
+# user and ask nothing of them, each matched exactly; `slm -v` shows them. docs/usage.md ("Quiet logs").
+FORWARDED_NOISE = (
+    # The raylet counts every live worker process against its start-up concurrency (the CPU count): on 2
+    # CPUs a Ray Data pipeline's task workers and actor pool reach "4x" within a stage. Nothing is wrong.
+    re.compile(r"WARNING: \d+ PYTHON worker processes have been started on node: .* maximum expected startup "
+               r"concurrency"),
+    # The GCS killing an actor whose process has already exited (a finished trial's, at the sweep's end).
+    re.compile(r"Failed to kill actor .*RpcError: Socket closed"),
+)
+
+
+def quiet_forwarded_lines() -> None:
+    """Drop ``FORWARDED_NOISE`` from what Ray prints on the driver. Ray 2.60 has no filter of its own: its
+    printer (``ray._private.worker.print_worker_logs``) is wrapped; a Ray without it is left as it is."""
+    from ray._private import worker
+
+    printer = getattr(worker, "print_worker_logs", None)
+    if printer is None or getattr(printer, "slm_filtered", False):
+        return
+
+    def print_worker_logs(data, print_file, *args, **kwargs):
+        lines = [line for line in data.get("lines", []) if not any(p.search(line) for p in FORWARDED_NOISE)]
+        if lines:
+            printer({**data, "lines": lines}, print_file, *args, **kwargs)
+
+    print_worker_logs.slm_filtered = True
+    worker.print_worker_logs = print_worker_logs
+
+
 def init_ray(cfg: RayConfig):
     """Initialise Ray once per process according to ``cfg``; return the Ray context. The dashboard's Jobs
     page names this driver by ``SLM_JOB_NAME`` (set by the pipeline; a submitted job has its submission's)."""
@@ -130,6 +161,7 @@ def init_ray(cfg: RayConfig):
         # "Token authentication is enabled … set RAY_AUTH_MODE=disabled to opt out": it stays on (docs/
         # cluster.md), and a first-time user should not be told how to switch it off at every start.
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+        quiet_forwarded_lines()
     if address:
         context = ray.init(address=address, log_to_driver=True, job_config=job_config)
         where = f"connected to Ray at {address}"

@@ -12,7 +12,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from slm.data.cluster import Assigner, cluster
+from slm.artifacts import file_sha256
+from slm.data.cluster import Assigner, cluster, save_centroids
 from slm.data.config import ClusterConfig
 from slm.data.histogram import domain_histograms
 from slm.data.resample import SUBSETS, resample
@@ -55,11 +56,22 @@ def test_clustering_is_deterministic_under_a_seed(clusters, embedded, tmp_path):
 
 def test_wrong_embedding_dimension_is_a_clear_error(clusters):
     out, _ = clusters
-    centroids = np.load(out / "centroids.npz")
     batch = pa.table({"id": ["x"], "doc_id": ["x"], "source": ["s"], "domain": ["generic"], "text": ["t"],
                       "n_tokens": [1], "embedding": pa.FixedSizeListArray.from_arrays(np.zeros(128, np.float32), 128)})
     with pytest.raises(ValueError, match="embedding dimension 128 does not match the centroids' 384"):
-        Assigner(centroids["coarse"], centroids["fine"])(batch)
+        Assigner(str(out / "centroids.npz"), file_sha256(out / "centroids.npz"))(batch)
+
+
+def test_an_actor_refuses_centroids_other_than_its_stage_wrote(clusters, tmp_path):
+    """The assigning actors read the centroids by path (not through the object store) and check them."""
+    out, _ = clusters
+    arrays = np.load(out / "centroids.npz")
+    digest = save_centroids(tmp_path / "centroids.npz", arrays["coarse"], arrays["fine"])
+    assert digest == file_sha256(out / "centroids.npz")  # the same arrays, the same bytes
+    np.testing.assert_array_equal(Assigner(str(tmp_path / "centroids.npz"), digest).fine, arrays["fine"])
+    save_centroids(tmp_path / "centroids.npz", arrays["coarse"] + 1, arrays["fine"])  # rewritten meanwhile
+    with pytest.raises(ValueError, match="not the centroids this stage wrote"):
+        Assigner(str(tmp_path / "centroids.npz"), digest)
 
 
 def test_histograms_smoothing_and_errors(clusters):

@@ -26,7 +26,7 @@ from slm.tune.plan import PretrainRun, Trial
 from slm.tune.report import markdown, near_front, pareto
 from slm.tune.results import MEANS, aggregate
 from slm.tune.sweep import SweepSpecError, plan
-from tests.conftest import REPO, train_overrides
+from tests.conftest import REPO, noise, train_overrides
 
 
 @pytest.mark.ray
@@ -424,7 +424,9 @@ def test_a_study_in_two_parts_reports_as_one(train_run, slm_cli, tmp_path):
     parts = {}
     for seed in (0, 1):
         name = f"part{seed}"
-        printed = slm_cli("sweep", "jobs/sweeps/study.yaml", *common, f"sweep.seeds=[{seed}]", f"sweep.name={name}").stdout
+        proc = slm_cli("sweep", "jobs/sweeps/study.yaml", *common, f"sweep.seeds=[{seed}]", f"sweep.name={name}")
+        printed = proc.stdout
+        assert noise(proc.stdout + proc.stderr) == {}  # issue 31: no alarming library line without -v
         assert re.search(r"\[sweep\] pretraining 2/2 done: \S+-tiny-seed\d \(\d+ min \d+ s in\)", printed)  # k of N
         parts[seed] = train_run.run.dir / "sweeps" / name
     design = tmp_path / "design.json"

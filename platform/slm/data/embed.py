@@ -50,6 +50,7 @@ from slm.corpus.layout import corpus_files, domain_dir, domains
 from slm.data import tokenizers
 from slm.data.config import EmbedConfig
 from slm.data.execution import reproducible_execution
+from slm.progress import Progress
 from slm.runtime import native_bf16
 
 EMBEDDING_DIM = 384
@@ -310,11 +311,14 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
             num_gpus=1 if cfg.device.startswith("cuda") else 0,
             memory=ACTOR_MEMORY,
         )
+        progress = Progress("embed", "documents", sum(map(len, pending.values())))
         for row in written.iter_rows():  # one small row per written file, not the data
             summary = dict(row)
+            progress.add(summary["documents"])
             unreported[summary["shard"]].difference_update(summary.pop("doc_ids"))
             commit_when_complete(summary["shard"])
             summaries.append(summary)
+        progress.close()
     results = ray.get(list(commits.values()))
     incomplete = {todo[shard]: len(ids) for shard, ids in unreported.items() if shard not in commits}
     if incomplete:

@@ -31,6 +31,7 @@ import io
 import json
 import os
 import platform
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,7 @@ from filelock import FileLock
 from tokenizers import Tokenizer
 
 from slm.artifacts import atomic_write_bytes, file_sha256
+from slm.runtime import verbose
 
 # What an exported program is a function of, besides the model's files: a newer torch may not read an
 # older file, and the graph is traced through the installed transformers and sentence-transformers code.
@@ -137,7 +139,11 @@ def _load_program(path: Path, compiled: bool):
         loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
         return (lambda *tensors: loader.run(list(tensors))[0]), json.loads(loader.get_metadata()["inputs"])
     # A pickle (a graph module is code plus weights): only ever one this machine's export wrote.
-    saved = torch.load(path, weights_only=False)
+    with warnings.catch_warnings():  # torch 2.13's own unpickling of the program's tree specs calls an API
+        # it deprecates ("isinstance(treespec, LeafSpec)"): torch's to change, nothing for a user to do.
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                category=FutureWarning)
+        saved = torch.load(path, weights_only=False)
     return saved["forward"], saved["inputs"]
 
 
@@ -180,7 +186,10 @@ def export_sentence_transformer(model_path: str | Path, *, dtype: str, device: s
     # sentence-transformers (and transformers) only here: the export runs once per machine, the actors
     # that load its result need torch alone.
     from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
 
+    if not verbose():  # its "Loading weights" bar: carriage returns in every log of a first embed
+        hf_logging.disable_progress_bar()
     model = SentenceTransformer(str(model_path), device=device,
                                 model_kwargs={} if dtype == "float32" else {"torch_dtype": getattr(torch, dtype)})
     model.eval()

@@ -23,14 +23,15 @@ from slm.runtime import verbose
 
 @contextlib.contextmanager
 def reproducible_execution():
-    """Blocks in their input's order, the sort-based shuffle, and quiet progress in logs.
+    """Blocks in their input's order, the sort-based shuffle, and quiet progress and warnings in logs.
 
     The shuffle: Ray 2.60's default (SHUFFLE_V2) failed on the full corpus's resampled sets, a reducer
     joining a block with no columns to real ones ("Schema at index 1 was different"); the sort-based
     one does not, and its reducers merge their inputs in a fixed order."""
     context = DataContext.get_current()
+    memory = context.issue_detectors_config.high_memory_detector_config
     saved = (context.shuffle_strategy, context.execution_options.preserve_order, context.enable_progress_bars,
-             context.enable_operator_progress_bars)
+             context.enable_operator_progress_bars, memory.detection_time_interval_s)
     context.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
     context.execution_options.preserve_order = True
     # Progress: a bar on a terminal; in a log (where Ray Data writes every operator's state every 10 s,
@@ -39,8 +40,14 @@ def reproducible_execution():
     context.enable_operator_progress_bars = verbose()
     if not context.enable_progress_bars:  # spend Ray Data's once-per-process "Progress bars disabled" warning
         log_once("ray_data_progress_manager_disabled")
+    # Ray Data's high-memory detector: a 15-line "Operator … uses 2.5GiB of memory per worker … consider
+    # setting memory=…" every 30 s of a stage (60 of a cluster part's log lines a minute), about operators
+    # (a repartition, the write) whose memory the stage does not set. Each stage measures and reports its own
+    # peak memory (stage_resources.json); `slm -v` keeps the detector's figures.
+    if not verbose():
+        memory.detection_time_interval_s = -1
     try:
         yield
     finally:
         (context.shuffle_strategy, context.execution_options.preserve_order, context.enable_progress_bars,
-         context.enable_operator_progress_bars) = saved
+         context.enable_operator_progress_bars, memory.detection_time_interval_s) = saved

@@ -38,7 +38,7 @@ import ray.data
 
 from slm.artifacts import atomic_path, file_sha256, is_complete, read_manifest, write_manifest
 from slm.config import ConfigError, config_hash
-from slm.data.cluster import assign, clustering, describe, save_centroids, with_clusters
+from slm.data.cluster import assign, clustering, describe, load_centroids, save_centroids, with_clusters
 from slm.data.config import ClusterConfig, EmbedConfig
 from slm.data.embed import (
     ACTOR_MEMORY,
@@ -51,6 +51,7 @@ from slm.data.embed import (
     shards_to_embed,
 )
 from slm.data.execution import reproducible_execution
+from slm.progress import Progress, RemoteProgress
 from slm.runtime import cpu_model
 
 HEADER_KEY = b"slm.pinned"
@@ -182,8 +183,9 @@ class MissingAssigner:
     """A Ray Data actor: windows the file lacks are embedded and assigned to the pinned centroids; the
     embedder is loaded only if a batch needs it (a fully pinned job embeds nothing)."""
 
-    def __init__(self, embed_cfg: dict, coarse: np.ndarray, fine: np.ndarray | None):
-        self.embed_cfg, self.coarse, self.fine, self.embedder = embed_cfg, coarse, fine, None
+    def __init__(self, embed_cfg: dict, centroids: str, digest: str, progress=None):  # file, not arrays: see Assigner
+        self.embed_cfg, self.embedder, self.progress = embed_cfg, None, progress  # progress: a Counter actor
+        self.coarse, self.fine = load_centroids(centroids, digest)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         pinned = batch.column("pinned").to_numpy(zero_copy_only=False)
@@ -196,6 +198,8 @@ class MissingAssigner:
             texts = batch.column("text").take(pa.array(rows)).to_pylist()
             vectors = normalize(self.embedder.encode(texts, self.embed_cfg["encode_batch"]))
             coarse[rows], leaf[rows] = assign(vectors, self.coarse, self.fine)
+            if self.progress is not None:
+                self.progress.add.remote(len(rows))
         out = with_clusters(batch, coarse, leaf)
         return out.append_column("pinned", batch.column("pinned"))
 
@@ -236,16 +240,18 @@ def cluster_pinned(corpus_dir: str | Path, cfg: ClusterConfig, embed: EmbedConfi
     print(f"[cluster] {total - unpinned} of {total} windows found in {pinned.path}; {unpinned} to embed and assign "
           "to its centroids" + (f" ({by_source})" if unpinned else ""), flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    save_centroids(out / "centroids.npz", pinned.coarse_centroids, pinned.fine_centroids)
+    centroids = save_centroids(out / "centroids.npz", pinned.coarse_centroids, pinned.fine_centroids)
     embed_cfg = asdict(replace(embed, compile=resolve_compile(embed)))
     # Blocks of one actor batch each: the windows arrive as a few large blocks, which would feed one
     # actor while the others wait (measured: half the cores idle on a 2-CPU machine).
-    assigned = (windows.repartition(target_num_rows_per_block=embed.batch_docs)
-                .map_batches(MissingAssigner, fn_constructor_args=(embed_cfg, pinned.coarse_centroids, pinned.fine_centroids),
-                             batch_size=embed.batch_docs, batch_format="pyarrow",
-                             compute=ray.data.ActorPoolStrategy(size=actor_count(embed) if unpinned else 1),
-                             num_cpus=embed.actor_cpus, **({"memory": ACTOR_MEMORY} if unpinned else {})))
-    with atomic_path(out / "assignments") as tmp:
+    with RemoteProgress(Progress("cluster", "windows embedded and assigned", unpinned)) as counter, \
+            atomic_path(out / "assignments") as tmp:
+        assigned = (windows.repartition(target_num_rows_per_block=embed.batch_docs)
+                    .map_batches(MissingAssigner,
+                                 fn_constructor_args=(embed_cfg, str(out / "centroids.npz"), centroids, counter),
+                                 batch_size=embed.batch_docs, batch_format="pyarrow",
+                                 compute=ray.data.ActorPoolStrategy(size=actor_count(embed) if unpinned else 1),
+                                 num_cpus=embed.actor_cpus, **({"memory": ACTOR_MEMORY} if unpinned else {})))
         assigned.write_parquet(str(tmp))
     describe(out, cfg, _titles(out, cfg))
     manifest = write_manifest(out, {

@@ -11,16 +11,19 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import ray.data
 from ray.data.aggregate import Count, Sum
 
 from slm.corpus.layout import corpus_files
 from slm.data import tokenizers
+from slm.progress import Progress, RemoteProgress
 
 
-def _count_tokens(batch: pa.Table, tokenizer: str) -> pa.Table:
+def _count_tokens(batch: pa.Table, tokenizer: str, progress) -> pa.Table:
     texts = batch.column("text").to_pylist()
     encoded = tokenizers.load(tokenizer).encode_batch(texts, add_special_tokens=False)
+    progress.add.remote(len(texts))  # a Counter actor (slm.progress)
     return pa.table({
         "domain": batch.column("domain"),
         "split": batch.column("split"),
@@ -40,12 +43,14 @@ def corpus_stats(corpus_dir: str | Path, tokenizer: str = tokenizers.EMBEDDER, b
         for split, paths in files.items()
     ]
     ds = datasets[0].union(*datasets[1:]) if len(datasets) > 1 else datasets[0]
-    counted = ds.map_batches(_count_tokens, fn_kwargs={"tokenizer": tokenizer}, batch_size=batch_size,
-                             batch_format="pyarrow")
-    rows = (counted.groupby(["domain", "split", "source"])
-            .aggregate(Count(alias_name="documents"), Sum("n_chars", alias_name="chars"),
-                       Sum("n_tokens", alias_name="tokens"))
-            .take_all())
+    documents = sum(pq.read_metadata(p).num_rows for paths in files.values() for p in paths)
+    with RemoteProgress(Progress("stats", "documents tokenized", documents)) as counter:
+        counted = ds.map_batches(_count_tokens, fn_kwargs={"tokenizer": tokenizer, "progress": counter},
+                                 batch_size=batch_size, batch_format="pyarrow")
+        rows = (counted.groupby(["domain", "split", "source"])
+                .aggregate(Count(alias_name="documents"), Sum("n_chars", alias_name="chars"),
+                           Sum("n_tokens", alias_name="tokens"))
+                .take_all())
     out = []
     for r in sorted(rows, key=lambda r: (r["domain"] != "generic", r["domain"], r["split"], r["source"])):
         out.append({k: (int(v) if isinstance(v, np.integer) else v) for k, v in r.items()})

@@ -1,0 +1,64 @@
+"""A long stage's progress lines: n/N, rate and time left, at most every `every_s`, and fed by Ray actors."""
+
+from __future__ import annotations
+
+import pytest
+
+from slm.progress import Progress, RemoteProgress, duration
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_lines_come_every_interval_with_rate_and_time_left():
+    clock, lines = Clock(), []
+    p = Progress("embed", "documents", 1000, every_s=30, clock=clock, out=lines.append)
+    clock.now = 10
+    p.add(100)
+    assert lines == []  # under the interval: quiet
+    clock.now = 40
+    p.add(300)  # 400 in 40 s: 10/s, 600 left
+    assert lines == ["[embed] 400/1,000 documents (40%), 10/s, ETA 1 min 00 s"]
+    clock.now = 50
+    p.add(100)
+    assert len(lines) == 1  # 10 s after the last line
+    clock.now = 100
+    p.update(1000)
+    p.close()
+    assert lines[1:] == ["[embed] 1,000/1,000 documents (100%), 10/s, in 1 min 40 s"] * 2
+
+
+def test_a_stage_shorter_than_the_interval_prints_nothing_and_slow_rates_read_per_minute():
+    clock, lines = Clock(), []
+    p = Progress("cluster", "windows", 10, every_s=30, clock=clock, out=lines.append)
+    clock.now = 5
+    p.add(10)
+    p.close()
+    assert lines == []
+    q = Progress("corpus", "packages fetched", 20, every_s=10, clock=clock, out=lines.append)
+    clock.now = 125
+    q.add(1)
+    assert lines == ["[corpus] 1/20 packages fetched (5%), 0.5/min, ETA 38 min 00 s"]
+    assert [duration(s) for s in (12, 200, 7500)] == ["12 s", "3 min 20 s", "2 h 05 min"]
+
+
+@pytest.mark.ray
+def test_ray_tasks_feed_the_driver_s_progress(ray_local):
+    import ray
+
+    lines = []
+
+    @ray.remote(num_cpus=0.25)
+    def work(counter, n):
+        counter.add.remote(n)
+        return n
+
+    progress = Progress("stats", "documents tokenized", 60, every_s=0, out=lines.append)
+    with RemoteProgress(progress, poll_s=0.2) as counter:
+        assert sum(ray.get([work.remote(counter, 10) for _ in range(6)])) == 60
+    assert progress.done == 60 and lines[-1].startswith("[stats] 60/60 documents tokenized (100%)")
