@@ -145,7 +145,7 @@ def _run(kind: str, spec: WorkerSpec, output: TrainOutput, ray_cfg: RayConfig, e
     return write_manifest(out, manifest)
 
 
-def _tracked(train: TrainConfig, cfg: TrainJob) -> TrainConfig:
+def tracked(train: TrainConfig, cfg: TrainJob) -> TrainConfig:
     """MLflow's default store: a file store, ``mlruns/`` in the run directory (absolute: workers run
     elsewhere). A tracking server or database is a ``tracking.mlflow_uri`` away (docs/usage.md)."""
     if "mlflow" not in train.loggers or train.tracking.mlflow_uri:
@@ -192,7 +192,7 @@ def pretrain(cfg: TrainJob) -> dict:
     output = RunLayout.of(cfg).pretrained(p.run_name)
     check_precision(p.train, "pretrain", cfg)
     spec = WorkerSpec(name=p.run_name, config_key="pretrain.train", output=str(output.dir.resolve()),
-                      train=_tracked(p.train, cfg),
+                      train=tracked(p.train, cfg),
                       arch=arch, data=str(data), valid=valid_arrays(RunLayout.of(cfg), list(cfg.corpus.domains)),
                       model=p.model, teacher=_teacher(p.teacher), selection=p.selection,
                       snapshot_steps=sorted(p.snapshot_steps),
@@ -276,7 +276,7 @@ def specialize(cfg: TrainJob) -> dict:
         raise TrainingInputError(f"config key 'specialize.teacher.checkpoint': {s.teacher.checkpoint} does not exist")
     check_precision(s.train, "specialize", cfg)
     spec = WorkerSpec(name=f"{domain}/{name}", config_key="specialize.train", output=str(output.dir.resolve()),
-                      train=_tracked(s.train, cfg), arch=methods.dense_record(arch.gpt), data=str(arrays),
+                      train=tracked(s.train, cfg), arch=methods.dense_record(arch.gpt), data=str(arrays),
                       valid=valid_arrays(RunLayout.of(cfg), [domain]), teacher=_teacher(s.teacher), lora=s.lora,
                       init=str(init.resolve()), init_sha=file_sha256(init), rows=str(rows_path.resolve()),
                       tensorboard=str(layout.tensorboard("specialize", f"{domain}/{name}").resolve()))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from pathlib import Path
 
@@ -113,6 +114,33 @@ def write_hparams(rows: list[dict], logdir: Path) -> Path:
             metrics = {k: r[k] for k in HPARAM_METRICS if finite(r[k])}
             writer.add_hparams(hparams, metrics, hparam_domain_discrete=discrete, run_name=r["trial"])
     return logdir / "hparams"
+
+
+def write_mlflow(rows: list[dict], tracking_uri: str, experiment: str) -> str:
+    """The results table in MLflow: one run per trial in experiment ``experiment`` (its parameters the
+    hparams that vary, as in TensorBoard's HParams; its metrics the table's), so that MLflow's compare
+    view sorts and plots the sweep as the report does. A rerun updates the runs it made (found by their
+    ``slm.trial`` tag) instead of adding copies. Returns the experiment's id."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    if tracking_uri.startswith("file:"):  # as slm.train.callbacks.Trackers: MLflow 3's file store opt-in
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+    known = {r.data.tags["slm.trial"]: r.info.run_id for r in
+             client.search_runs([experiment_id], max_results=50_000) if "slm.trial" in r.data.tags}
+    varying = [k for k in HPARAMS if k == "method" or len({r[k] for r in rows}) > 1]
+    for r in sorted(rows, key=lambda r: r["trial"]):
+        run_id = known.get(r["trial"])
+        if run_id is None:
+            run_id = client.create_run(experiment_id, run_name=r["trial"], tags={"slm.trial": r["trial"]}).info.run_id
+            client.log_batch(run_id, params=[mlflow.entities.Param(k, str(r[k])) for k in varying])
+        client.log_batch(run_id, metrics=[mlflow.entities.Metric(k, float(r[k]), 0, 0)
+                                          for k in HPARAM_METRICS if finite(r[k])])
+        client.set_terminated(run_id)
+    return experiment_id
 
 
 def add_columns(sweep: str | Path, values: dict[str, dict[str, float]]) -> Path:

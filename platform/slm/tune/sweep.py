@@ -55,7 +55,7 @@ from slm.train.budget import dense_flops_per_token
 from slm.train.config import BudgetConfig
 from slm.train.data import arrays_digest, packed_arrays, valid_arrays
 from slm.train.hardware import planning_peak
-from slm.train.trainer import gpt_config, pretrain, pretrain_data, specialize
+from slm.train.trainer import gpt_config, pretrain, pretrain_data, specialize, tracked
 from slm.tune.config import SweepJob
 from slm.tune.plan import (
     DataFingerprint,
@@ -70,7 +70,7 @@ from slm.tune.plan import (
     format_plan,
     make_plan,
 )
-from slm.tune.results import row, write_curves, write_hparams, write_table
+from slm.tune.results import row, write_curves, write_hparams, write_mlflow, write_table
 
 
 def sweep_dir(cfg: SweepJob) -> Path:
@@ -397,6 +397,12 @@ def run_sweep(cfg: SweepJob) -> dict:
     table = write_table(results, out)
     if results:
         write_hparams(results, out / "tensorboard")
+        tracking = tracked(cfg.specialize.train, cfg).tracking
+        if "mlflow" in cfg.specialize.train.loggers:  # the trials' own runs are there: the table beside them
+            experiment = f"{tracking.experiment}: {cfg.sweep.name} results"
+            write_mlflow(results, tracking.mlflow_uri, experiment)
+            print(f"[sweep] results table in MLflow: experiment {experiment!r} at {tracking.mlflow_uri} "
+                  "(select its runs, Compare)", flush=True)
     print(f"[sweep] {len(results)} of {len(p.trials)} trials finished; results in {table}", flush=True)
     if failed:  # the table keeps what finished; the stage fails so that scripts and CI see it
         raise RuntimeError(f"sweep: {len(failed)} trials failed (the results table holds the {len(results)} of "
