@@ -326,6 +326,22 @@ def test_the_study_design_meets_the_issue(slm_cli):
     assert f"{len(p.trials)} specialization trials" in out and "estimated cost" in out
 
 
+def test_a_dry_run_refuses_a_domain_the_corpus_lacks(tmp_path):
+    """Issue 32: `sweep.domains=[nosuch]` had a plan and a cost from --dry-run; only the real sweep refused it."""
+    spec = REPO / "jobs" / "sweeps" / "quickstart.yaml"
+    with pytest.raises(SweepSpecError, match=r"'sweep.domains': \['nosuch'\] not in the bundled corpus this job "
+                                             r"builds \(corpus.domains\), whose domains are \['code', 'legal'"):
+        plan(load_job(spec, [f"corpus.dir={tmp_path / 'none'}", "sweep.domains=[nosuch]"]), check_data=False)
+    built = tmp_path / "corpus"
+    for d in ("legal", "poetry"):  # a user's corpus: its own domains, not the bundled list
+        (built / "domains" / d / "train").mkdir(parents=True)
+    assert plan(load_job(spec, [f"corpus.dir={built}", "sweep.domains=[poetry]", "resample.domain=poetry"]),
+                check_data=False).trials
+    with pytest.raises(SweepSpecError, match=r"\['medical'\] not in the corpus in .*corpus, whose domains are "
+                                             r"\['legal', 'poetry'\]"):
+        plan(load_job(spec, [f"corpus.dir={built}", "sweep.domains=[medical]"]), check_data=False)
+
+
 @pytest.mark.ray
 @pytest.mark.slow  # 660 s of CI's ~3,800 (the slowest test): the study's spec, run twice
 def test_tiny_study_killed_and_rerun_runs_only_missing_trials(train_run, tmp_path):

@@ -46,6 +46,7 @@ from ray.tune.schedulers import ASHAScheduler
 from slm import methods
 from slm.artifacts import atomic_write_json, read_manifest
 from slm.config import config_hash
+from slm.corpus.layout import domains as corpus_domains
 from slm.data.histogram import coarse_histograms, entropy
 from slm.layout import RunLayout, TrainOutput
 from slm.models.config import size_config
@@ -113,6 +114,18 @@ def _check_data(cfg: SweepJob, domains: list[str]) -> None:
                                      f"{_make_hint(layout, d, subset.relative_to(layout.packed('')).parts[0])}")
 
 
+def _check_domains(cfg: SweepJob, domains: list[str]) -> None:
+    """A dry run's check (no packed data needed): every domain is one of the corpus's, as the run would
+    find, the built corpus's domains when it is on disk, else those the job's corpus stage would build."""
+    built = corpus_domains(cfg.corpus.dir)
+    known = built or list(cfg.corpus.domains)
+    unknown = [d for d in domains if d not in known]
+    if unknown:
+        where = f"the corpus in {cfg.corpus.dir}" if built else "the bundled corpus this job builds (corpus.domains)"
+        key = "sweep.domains" if cfg.sweep.domains else "resample.domains"
+        raise SweepSpecError(f"config key '{key}': {unknown} not in {where}, whose domains are {known}")
+
+
 def plan(cfg: SweepJob, check_data: bool = True) -> Plan:
     """Every pretraining run and trial of ``cfg.sweep`` (``slm.tune.plan.make_plan``), from what this run
     directory holds: its tokenizer's vocabulary for the sizes' FLOPs, its packed data (checked unless
@@ -122,6 +135,8 @@ def plan(cfg: SweepJob, check_data: bool = True) -> Plan:
     domains = sw.domains or cfg.resample.all_domains
     if check_data:
         _check_data(cfg, domains)
+    else:
+        _check_domains(cfg, domains)
     p_train, s_train = cfg.pretrain.train, cfg.specialize.train
     _, seq_len = _vocab_and_seq_len(cfg)
     peak = planning_peak(p_train)
