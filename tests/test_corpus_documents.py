@@ -52,6 +52,25 @@ def test_split_long_respects_limit_and_loses_no_words():
     assert documents.split_long("short", 1000) == ["short"]
 
 
+def test_a_long_line_is_cut_at_sentences_then_words_never_mid_word():
+    """Issue 32: a 20 MB one-line record was cut every 8,000 characters, 1,867 of 2,500 pieces mid-word."""
+    import random
+
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(1, 12))) for _ in range(40_000)]
+    prose = " ".join(w + ("." if i % 15 == 14 else "") for i, w in enumerate(words))  # sentences of 15 words
+    pieces = documents.split_long(prose, 8000)
+    assert all(4000 <= len(p) <= 8000 for p in pieces[:-1]) and len(pieces[-1]) <= 8000
+    assert all(p.endswith(".") for p in pieces[:-1])  # every cut at a sentence end
+    assert " ".join(pieces) == prose  # nothing lost but the spaces at the cuts
+    unpunctuated = " ".join(words)
+    pieces = documents.split_long(unpunctuated, 8000)
+    assert " ".join(pieces) == unpunctuated  # cut at spaces: every piece whole words
+    # A "word" longer than half the limit (a base64 blob): cut hard, losing nothing.
+    blob = "x" * 9000 + " tail"
+    assert documents.split_long(blob, 8000) == ["x" * 8000, "x" * 1000 + " tail"]
+
+
 def test_group_pages():
     entries = [f"entry {i} " + "z" * 90 for i in range(25)]
     pages = list(documents.group_pages(entries, 500))

@@ -37,7 +37,7 @@ from slm.corpus.packages import Archive, cached, fetch, file_version
 from slm.corpus.sources import BY_NAME, Source, select, stdlib_code
 from slm.progress import Progress
 
-BUILDER_VERSION = 3  # bump when a build produces something else (3: the manifest records each package's version)
+BUILDER_VERSION = 4  # bump when a build produces something else (3: the manifest records each package's version; 4: long lines cut at sentences and words)
 SCHEMA = pa.schema(
     [("id", pa.string()), ("text", pa.string()), ("source", pa.string()), ("domain", pa.string()),
      ("n_chars", pa.int64())]
