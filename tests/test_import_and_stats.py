@@ -32,6 +32,10 @@ def test_import_counts_and_content(user_corpus):
     valid_ids = pq.read_table(sorted((out / "domains/med/valid").glob("*.parquet"))).column("id").to_pylist()
     assert valid_ids and all(documents.in_valid_split(i, 0.2) for i in valid_ids)
 
+    # Files of at least corpus.shard_docs documents, as the bundled shards (Ray Data wrote one per block):
+    # each split of these few hundred documents is one file.
+    assert [len(s["files"]) for r in records.values() for s in r["splits"].values()] == [1] * 5
+
     notes = records["notes"]
     assert notes["records"] == 42 and notes["empty"] == 1 and notes["decode_errors"] == 1
     assert notes["replaced_chars"] == 3
@@ -79,6 +83,29 @@ def test_import_with_an_empty_split_fails_and_writes_nothing(ray_local, tmp_path
 
 
 # What `slm corpus import` reads, checked before Ray starts (issue 19): these need no Ray.
+@pytest.mark.parametrize("name, content, why", [
+    ("table.csv", "text\nhello\n", r"table.csv: nothing to import \(table.csv: not a supported file"),
+    ("empty.jsonl", "", r"empty.jsonl: nothing to import \(empty.jsonl: empty\)"),
+    ("blank.jsonl", " \n\n  \n", r"blank.jsonl: nothing to import \(blank.jsonl: empty\)"),
+    ("legal", None, r"domains/legal already exists; pass --replace to overwrite it"),
+])
+def test_an_import_refused_before_ray_starts(slm_cli, tmp_path, name, content, why):
+    """Issue 32: these were refused only after Ray had started (16-33 s), in a Ray Data traceback or not."""
+    import re
+
+    corpus = tmp_path / "corpus"
+    (corpus / "domains" / "legal" / "train").mkdir(parents=True)
+    given = tmp_path / name
+    if content is None:
+        pq.write_table(pa.table({"text": ["a real document"]}), given := tmp_path / "legal.parquet")
+    else:
+        given.write_text(content)
+    proc = slm_cli("corpus", "import", str(given), "--domain", "legal" if content is None else "notes",
+                   f"corpus.dir={corpus}", check=False)
+    assert proc.returncode == 1 and "[ray]" not in proc.stdout  # no Ray started
+    assert re.search(why, proc.stderr) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
 def test_import_inputs_are_checked_before_reading(tmp_path):
     from slm.corpus.importer import input_files
 

@@ -73,7 +73,7 @@ def cmd_corpus_build(args) -> int:
 
 
 def cmd_corpus_import(args) -> int:
-    from slm.corpus.importer import CorpusImportError, import_corpus
+    from slm.corpus.importer import CorpusImportError, check_import, import_corpus
     from slm.corpus.layout import GENERIC
     from slm.runtime import init_ray, shutdown_ray
 
@@ -84,12 +84,20 @@ def cmd_corpus_import(args) -> int:
         check_name(args.domain, "--domain")
         if args.domain == GENERIC:
             raise ConfigError("--domain generic: 'generic' is the generic corpus; import it with --generic")
+    domain = None if args.generic else args.domain
+    try:  # the inputs and the target folder too, before Ray starts (docs/corpus.md)
+        check_import(args.path, cfg.corpus.dir, domain, fmt=args.format, valid=args.valid, replace=args.replace,
+                     on_error=args.on_error)
+    except CorpusImportError as err:
+        print(f"slm: corpus import: {err}", file=sys.stderr)
+        return 1
     init_ray(cfg.ray)
     try:
-        record = import_corpus(args.path, cfg.corpus.dir, None if args.generic else args.domain,
+        record = import_corpus(args.path, cfg.corpus.dir, domain,
                                fmt=args.format, text_column=args.text_column, source=args.source,
                                valid_fraction=cfg.corpus.valid_fraction, valid=args.valid, replace=args.replace,
-                               max_doc_chars=cfg.corpus.max_doc_chars, on_error=args.on_error)
+                               max_doc_chars=cfg.corpus.max_doc_chars, on_error=args.on_error,
+                               shard_docs=cfg.corpus.shard_docs)
     except CorpusImportError as err:  # the input's fault, named: a message, not a traceback
         # (raised in a Ray Data task, it arrives wrapped: its cause is the message)
         print(f"slm: corpus import: {getattr(err, 'cause', None) or err}", file=sys.stderr)
