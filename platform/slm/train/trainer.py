@@ -23,7 +23,7 @@ import numpy as np
 import ray
 import torch
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-from ray.train.torch import TorchConfig, TorchTrainer
+from ray.train.torch import TorchTrainer
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from slm import methods
@@ -39,6 +39,7 @@ from slm.train.config import PretrainConfig, SpecializeConfig, TeacherConfig, Tr
 from slm.train.data import materialize, packed_arrays, valid_arrays
 from slm.train.hardware import worker_precision
 from slm.train.loop import train_here, train_worker
+from slm.train.rendezvous import torch_config
 from slm.train.spec import WorkerSpec
 
 
@@ -87,7 +88,7 @@ def fit(spec: WorkerSpec, train: TrainConfig, storage: Path, ray_name: str) -> d
     trainer = TorchTrainer(
         train_worker,
         train_loop_config={"spec": spec},
-        torch_config=TorchConfig(backend="nccl" if train.use_gpu else "gloo"),
+        torch_config=torch_config("nccl" if train.use_gpu else "gloo"),  # on the loopback when local
         scaling_config=ScalingConfig(num_workers=train.num_workers, use_gpu=train.use_gpu,
                                      resources_per_worker=resources),
         run_config=RunConfig(
