@@ -79,6 +79,71 @@ def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def file_digest(path: str | Path, chunk: int = 1 << 22) -> str:
+    """BLAKE2b (128-bit) of a file's bytes: the fast hash a manifest records of every file (~2× SHA-256's
+    speed here; docs/data.md has what checking the study's data costs)."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def describe_files(folder: str | Path, under: tuple[str, ...] = ("",)) -> dict[str, dict[str, Any]]:
+    """Every file a stage wrote under ``folder`` (``under``: only in these sub-folders), by relative path:
+    its size and ``file_digest``. Not the manifest itself, hidden files (locks, temporaries) nor folders
+    with a manifest of their own (another stage's output, which records its files itself)."""
+    folder = Path(folder)
+    out = {}
+    for path in sorted(p for sub in under for p in (folder / sub).rglob("*")):
+        rel = path.relative_to(folder)
+        if not path.is_file() or path.name == MANIFEST or any(part.startswith(".") for part in rel.parts):
+            continue
+        if any((folder / Path(*rel.parts[:i]) / MANIFEST).exists() for i in range(1, len(rel.parts))):
+            continue
+        out[rel.as_posix()] = {"bytes": path.stat().st_size, "blake2b": file_digest(path)}
+    return out
+
+
+class ArtifactError(ValueError):
+    """A file a stage wrote is not what it wrote: missing, another size, other bytes."""
+
+
+def verify(folder: str | Path, remake: str, *, hashes: bool = True, only: list[str] | None = None) -> dict[str, Any]:
+    """Check the files ``folder``'s manifest records (``only``: those paths, relative) against the disk:
+    present and of the recorded size always, the same bytes when ``hashes`` (read in full: done when a run
+    starts or resumes). Raises ``ArtifactError``, one line naming the file, what differs, and ``remake`` (the
+    command that makes it again). Returns the manifest. A manifest written before files were recorded is
+    accepted as it is (said once in its place: nothing to check it against)."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    if manifest is None or not manifest.get("complete"):
+        raise ArtifactError(f"{folder}: no complete manifest (the stage did not finish); remake it: {remake}")
+    recorded = manifest.get("files")
+    if recorded is None:
+        return manifest
+    for rel, want in recorded.items():
+        if only is not None and rel not in only:
+            continue
+        path = folder / rel
+        if not path.is_file():
+            raise ArtifactError(f"{path}: missing (its stage wrote it); remake it: {remake}")
+        size = path.stat().st_size
+        if size != want["bytes"]:
+            raise ArtifactError(f"{path}: {size:,} bytes, its stage wrote {want['bytes']:,} (truncated or replaced); "
+                                f"remake it: {remake}")
+        if hashes and file_digest(path) != want["blake2b"]:
+            raise ArtifactError(f"{path}: its bytes changed since its stage wrote them (BLAKE2b "
+                                f"{want['blake2b'][:12]}…, now other); remake it: {remake}")
+    return manifest
+
+
+def remake(folder: str | Path, stage: str) -> str:
+    """What makes a stage's output again (``verify``'s hint): a complete stage is skipped, so its folder
+    goes first."""
+    return f"rm -r {folder} and rerun the job (its {stage} stage makes it again)"
+
+
 def read_manifest(folder: str | Path) -> dict[str, Any] | None:
     path = Path(folder) / MANIFEST
     try:
@@ -89,9 +154,12 @@ def read_manifest(folder: str | Path) -> dict[str, Any] | None:
         raise ValueError(f"{path} is not valid JSON ({err}); delete it to rebuild the stage") from err
 
 
-def write_manifest(folder: str | Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Write ``manifest`` with ``complete: true`` set last (the stage's commit point)."""
-    manifest = {k: v for k, v in manifest.items() if k != "complete"}
+def write_manifest(folder: str | Path, manifest: dict[str, Any], files: tuple[str, ...] = ("",)) -> dict[str, Any]:
+    """Write ``manifest`` with the files the stage wrote (``describe_files`` of the sub-folders ``files``:
+    sizes and hashes, which ``verify`` checks when they are read) and ``complete: true`` set last (the
+    stage's commit point)."""
+    manifest = {k: v for k, v in manifest.items() if k not in ("complete", "files")}
+    manifest["files"] = describe_files(folder, files)
     manifest["complete"] = True
     atomic_write_json(Path(folder) / MANIFEST, manifest)
     return manifest

@@ -33,6 +33,7 @@ from slm.artifacts import atomic_path, file_sha256, read_manifest, write_manifes
 from slm.config import config_hash
 from slm.corpus import documents
 from slm.corpus.config import CorpusConfig
+from slm.corpus.layout import CORPUS_FILES
 from slm.corpus.packages import Archive, cached, fetch, file_version
 from slm.corpus.sources import BY_NAME, Source, select, stdlib_code
 from slm.progress import Progress
@@ -311,7 +312,7 @@ def build(cfg: CorpusConfig, force: bool = False) -> dict:
         manifest["changed_since_previous_build"] = changes(existing, manifest)
         for line in manifest["changed_since_previous_build"]:
             log(f"changed since the previous build: {line}")
-    manifest = write_manifest(out, manifest)
+    manifest = write_manifest(out, manifest, files=CORPUS_FILES)
     log(describe(manifest))
     return manifest
 

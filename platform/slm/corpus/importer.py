@@ -36,7 +36,7 @@ from ray.data.expressions import col
 from slm.artifacts import atomic_path, read_manifest, write_manifest
 from slm.corpus import documents
 from slm.corpus.build import SCHEMA
-from slm.corpus.layout import GENERIC, domain_dir, generic_dir
+from slm.corpus.layout import CORPUS_FILES, GENERIC, domain_dir, generic_dir
 
 TEXT_EXTENSIONS = ["txt", "md", "rst", "text"]
 
@@ -429,7 +429,7 @@ def import_corpus(
     else:
         manifest.get("domains", {}).pop(role, None)
     manifest.setdefault("imports", {})[role] = record
-    write_manifest(corpus_dir, manifest)
+    write_manifest(corpus_dir, manifest, files=CORPUS_FILES)
     return record
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 GENERIC = "generic"
 SPLITS = ("train", "valid")
+# The corpus's own files, which its manifest records (not the embeddings and other outputs kept beside).
+CORPUS_FILES = (GENERIC, "domains")
 
 
 def generic_dir(corpus_dir: str | Path) -> Path:
@@ -21,6 +23,16 @@ def domain_dir(corpus_dir: str | Path, domain: str, split: str) -> Path:
 def domains(corpus_dir: str | Path) -> list[str]:
     root = Path(corpus_dir).expanduser() / "domains"
     return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def verify_corpus(corpus_dir: str | Path) -> None:
+    """The corpus's shards against its manifest (sizes and hashes: a stage that reads the corpus checks it
+    once as it starts). A folder of Parquet files made by other means (no manifest) is read as it is."""
+    from slm.artifacts import read_manifest, verify
+
+    if read_manifest(corpus_dir) is not None:
+        verify(corpus_dir, "make it again: `slm corpus build` (the bundled corpus) or `slm corpus import … "
+                           "--replace` (yours)")
 
 
 def corpus_files(corpus_dir: str | Path) -> dict[str, list[str]]:

@@ -32,6 +32,8 @@ from slm.artifacts import (
     file_sha256,
     is_complete,
     read_manifest,
+    remake,
+    verify,
     write_manifest,
 )
 from slm.config import config_hash
@@ -156,6 +158,7 @@ def cluster(embed_dir: str | Path, cfg: ClusterConfig, out: str | Path) -> dict:
     if not embedded or not embedded.get("complete") or "fingerprint" not in embedded:
         raise FileNotFoundError(f"{embed_dir} has no complete embed manifest with shard fingerprints: run the "
                                 "embed stage (again: outputs made before fingerprints are re-embedded)")
+    verify(embed_dir, remake(embed_dir, "embed"))
     # Keyed by what was embedded, not where: a new domain embedded, a shard re-imported and re-embedded,
     # each changes the fingerprint and the clusters are made again.
     key = config_hash({"cfg": clustering(cfg), "embeddings": embedded["fingerprint"]})

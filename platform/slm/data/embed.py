@@ -46,7 +46,7 @@ from ray.data import ActorPoolStrategy
 from slm.artifacts import atomic_path, atomic_write_text, file_sha256, read_manifest, write_manifest
 from slm.config import config_hash
 from slm.corpus.documents import hash_uniform
-from slm.corpus.layout import corpus_files, domain_dir, domains
+from slm.corpus.layout import corpus_files, domain_dir, domains, verify_corpus
 from slm.data import tokenizers
 from slm.data.config import EmbedConfig
 from slm.data.execution import reproducible_execution
@@ -241,6 +241,7 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
     corpus_dir = Path(corpus_dir).expanduser()
     out = Path(output or default_output(corpus_dir, cfg)).expanduser()
     cfg = replace(cfg, dtype=resolve_dtype(cfg.dtype, cfg.device))
+    verify_corpus(corpus_dir)
     # Only what changes the vectors keys the output (not the splits, nor how the work is scheduled).
     # (Keyed "generic_fraction" since the domains are embedded whole: outputs made when `fraction` also
     # sampled the domains are refused, not resumed.)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from slm.artifacts import atomic_write_json
+from slm.artifacts import atomic_write_json, remake, verify
 from slm.data.cluster import load_sizes
 
 GENERIC = "generic"
@@ -55,6 +55,7 @@ def kl(p: np.ndarray, q: np.ndarray) -> float:
 
 
 def domain_histograms(cluster_dir: str | Path, alpha: float, domains: list[str] | None = None) -> dict:
+    verify(cluster_dir, remake(cluster_dir, "cluster"))  # the assignments the histograms and resampling read
     info = json.loads((Path(cluster_dir) / "clusters.json").read_text())
     sizes, leaves = load_sizes(cluster_dir), info["leaves"]
     generic = counts_by_leaf(sizes, GENERIC, leaves)

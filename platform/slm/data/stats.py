@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import ray.data
 from ray.data.aggregate import Count, Sum
 
-from slm.corpus.layout import corpus_files
+from slm.corpus.layout import corpus_files, verify_corpus
 from slm.data import tokenizers
 from slm.progress import Progress, RemoteProgress
 
@@ -35,6 +35,7 @@ def _count_tokens(batch: pa.Table, tokenizer: str, progress) -> pa.Table:
 
 def corpus_stats(corpus_dir: str | Path, tokenizer: str = tokenizers.EMBEDDER, batch_size: int = 256) -> list[dict]:
     """One row per (domain, split, source): documents, chars, tokens and chars per token."""
+    verify_corpus(corpus_dir)
     files = corpus_files(corpus_dir)
     datasets = [
         ray.data.read_parquet(paths).select_columns(["text", "source", "domain", "n_chars"])

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from slm.artifacts import atomic_path, is_complete, write_manifest
+from slm.artifacts import atomic_path, is_complete, remake, verify, write_manifest
 from slm.layout import RunLayout, require
 
 ARRAYS = "arrays"
@@ -34,7 +34,11 @@ def materialize(packed_dir: str | Path) -> Path:
         raise FileNotFoundError(f"{packed_dir / 'data'} holds no packed Parquet files: run `slm data pack` first")
     fingerprint = json.dumps([(f.name, f.stat().st_size) for f in files])
     if is_complete(out) and json.loads((out / "manifest.json").read_text()).get("fingerprint") == fingerprint:
+        # A run starts here (the driver): the arrays it trains on read in full against their hashes once
+        # (workers check the sizes, PackedArrays.open). A zeroed tokens.npy trained 20 steps to exit 0.
+        verify(out, f"rm -r {out} (the next run makes it again from {packed_dir / 'data'})")
         return out
+    verify(packed_dir, remake(packed_dir, "pack"), only=[f"data/{f.name}" for f in files])
     rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     if rows == 0:
         raise ValueError(f"{packed_dir}: the packed set has no sequences")
@@ -104,7 +108,10 @@ class PackedArrays:
 
     @classmethod
     def open(cls, arrays_dir: str | Path) -> PackedArrays:
+        """The arrays as memory maps, their sizes checked against the manifest (the driver checked their
+        bytes when the run started: ``materialize``)."""
         d = Path(arrays_dir)
+        verify(d, f"rm -r {d} and rerun (it is made again from the packed Parquet)", hashes=False)
         return cls(*(np.load(d / f"{name}.npy", mmap_mode="r") for name in ("tokens", "coarse", "leaf")))
 
     def __len__(self) -> int:

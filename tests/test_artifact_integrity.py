@@ -1,0 +1,134 @@
+"""Every artifact checked before it is trusted (issue 32): a stage's manifest records its files' sizes and
+hashes; what reads them stops, in one line naming the file, when a file was zeroed, truncated or swapped.
+The artifacts are the real ones the data stages made for the training tests (`train_run`)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from slm.artifacts import ArtifactError, describe_files, verify, write_manifest
+
+
+def corrupt(path: Path, how: str, other: Path | None = None) -> None:
+    data = path.read_bytes()
+    if how == "zeroed":  # in place, same size: only the hash can tell
+        path.write_bytes(bytes(len(data)))
+    elif how == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "swapped":  # another file of the same artifact in its place
+        path.write_bytes(other.read_bytes())
+    else:
+        raise ValueError(how)
+
+
+def test_a_manifest_records_its_stage_s_files_and_verify_names_what_differs(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.bin").write_bytes(b"x" * 100)
+    (tmp_path / "data" / "b.bin").write_bytes(b"y" * 100)
+    (tmp_path / ".lock").write_text("")  # hidden: not the stage's
+    (tmp_path / "arrays").mkdir()  # another stage's output, with its own manifest
+    (tmp_path / "arrays" / "t.npy").write_bytes(b"z")
+    write_manifest(tmp_path / "arrays", {"stage": "arrays"})
+    manifest = write_manifest(tmp_path, {"stage": "pack"})
+    assert sorted(manifest["files"]) == ["data/a.bin", "data/b.bin"]
+    assert manifest["files"] == describe_files(tmp_path)
+    verify(tmp_path, "remake")
+    for how in ("zeroed", "truncated", "swapped"):
+        corrupt(tmp_path / "data" / "a.bin", how, tmp_path / "data" / "b.bin")
+        with pytest.raises(ArtifactError) as err:
+            verify(tmp_path, "rm -r it and rerun")
+        message = str(err.value)
+        assert message.startswith(f"{tmp_path / 'data' / 'a.bin'}: ") and message.endswith("remake it: rm -r it and rerun")
+        assert "\n" not in message
+        if how == "truncated":
+            assert "50 bytes, its stage wrote 100" in message
+            verify(tmp_path, "…", hashes=False, only=["data/b.bin"])  # the others still pass
+        (tmp_path / "data" / "a.bin").write_bytes(b"x" * 100)
+    (tmp_path / "data" / "b.bin").unlink()
+    with pytest.raises(ArtifactError, match=r"b.bin: missing"):
+        verify(tmp_path, "…", hashes=False)
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("how", ["zeroed", "truncated", "swapped"])
+def test_corrupt_packed_arrays_stop_the_run_naming_the_file(train_run, tmp_path, how):
+    from slm.layout import RunLayout
+    from slm.train.data import PackedArrays, materialize, packed_arrays
+
+    arrays = packed_arrays(RunLayout.of(train_run), "generic")
+    packed = _copy(arrays.parent, tmp_path / "generic")
+    corrupt(packed / "arrays" / "coarse.npy", how, packed / "arrays" / "leaf.npy")
+    with pytest.raises(ArtifactError, match=r"arrays/coarse.npy: .*remake it: rm -r .*arrays"):
+        materialize(packed)  # the driver, as a run starts: the bytes
+    if how == "truncated":
+        with pytest.raises(ArtifactError, match=r"coarse.npy: \d[\d,]* bytes, its stage wrote"):
+            PackedArrays.open(packed / "arrays")  # a worker: the sizes
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("how", ["zeroed", "truncated", "swapped"])
+def test_a_corrupt_packed_parquet_file_stops_the_arrays_being_made(train_run, tmp_path, how):
+    from slm.layout import RunLayout
+    from slm.train.data import materialize, packed_arrays
+
+    source = packed_arrays(RunLayout.of(train_run), "domain/legal").parent
+    packed = _copy(source, tmp_path / "legal")
+    shutil.rmtree(packed / "arrays")
+    files = sorted((packed / "data").glob("*.parquet"))
+    other = sorted((source.parent.parent / "generic" / "data").glob("*.parquet"))[0]  # another set's file
+    corrupt(files[0], how, other)
+    with pytest.raises(ArtifactError, match=rf"data/{files[0].name}: .*remake it: rm -r .*legal and rerun the job "
+                                            r"\(its pack stage makes it again\)"):
+        materialize(packed)
+    assert not (packed / "arrays").exists()  # nothing made from it
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("how", ["zeroed", "truncated", "swapped"])
+def test_corrupt_embeddings_stop_the_cluster_stage(embedded, tmp_path, how):
+    from slm.data.cluster import cluster
+    from tests.data.test_cluster_resample import CFG
+
+    embeddings = _copy(embedded[0], tmp_path / "embeddings")
+    shards = sorted(embeddings.rglob("*.parquet"))
+    corrupt(shards[0], how, shards[-1])
+    with pytest.raises(ArtifactError, match=rf"{shards[0].name}: .*its embed stage makes it again"):
+        cluster(embeddings, CFG, tmp_path / "clusters")
+    assert not (tmp_path / "clusters").exists()
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("how", ["zeroed", "truncated", "swapped"])
+def test_corrupt_assignments_stop_the_histograms_and_resampling(train_run, tmp_path, how):
+    from slm.data.histogram import domain_histograms
+    from slm.layout import RunLayout
+
+    clusters = _copy(RunLayout.of(train_run).clusters, tmp_path / "clusters")
+    parts = sorted((clusters / "assignments").glob("*.parquet"))
+    corrupt(parts[0], how, clusters / "centroids.npz")
+    with pytest.raises(ArtifactError, match=rf"assignments/{parts[0].name}: .*its cluster stage makes it again"):
+        domain_histograms(clusters, 0.5)
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("how", ["zeroed", "truncated", "swapped"])
+def test_corrupt_corpus_shards_stop_the_stages_that_read_them(mini_corpus_dir, tmp_path, how):
+    from slm.data.embed import embed_corpus
+    from slm.data.stats import corpus_stats
+    from tests.conftest import embed_config_for_tests
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(mini_corpus_dir, corpus, ignore=shutil.ignore_patterns("embeddings*"))
+    shard = sorted((corpus / "domains" / "legal" / "train").glob("*.parquet"))[0]
+    corrupt(shard, how, sorted((corpus / "domains" / "medical" / "train").glob("*.parquet"))[0])
+    for read in (lambda: corpus_stats(corpus), lambda: embed_corpus(corpus, embed_config_for_tests(), tmp_path / "e")):
+        with pytest.raises(ArtifactError, match=rf"{shard.name}: .*`slm corpus build` .* or `slm corpus import"):
+            read()
