@@ -106,6 +106,19 @@ def test_an_import_refused_before_ray_starts(slm_cli, tmp_path, name, content, w
     assert re.search(why, proc.stderr) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+def test_an_error_raised_inside_ray_data_is_our_one_line(slm_cli, tmp_path):
+    """Issue 32: a Parquet file without the text column failed inside a Ray Data UDF: the user saw Ray's
+    `UserCodeException: UDF failed to process a data block …`, our line ~40 lines up."""
+    pq.write_table(pa.table({"content": ["a real sentence"], "id2": [1]}), tmp_path / "notext.parquet")
+    proc = slm_cli("corpus", "import", str(tmp_path / "notext.parquet"), "--domain", "notes",
+                   f"corpus.dir={tmp_path / 'corpus'}", "ray.include_dashboard=false", check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"slm: corpus import: {tmp_path / 'notext.parquet'}: no column 'text' (columns: ['content', 'id2']); "
+        "pass --text-column"), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "UserCodeException" not in proc.stderr, proc.stderr[-3000:]
+
+
 def test_import_inputs_are_checked_before_reading(tmp_path):
     from slm.corpus.importer import input_files
 

@@ -99,8 +99,7 @@ def cmd_corpus_import(args) -> int:
                                max_doc_chars=cfg.corpus.max_doc_chars, on_error=args.on_error,
                                shard_docs=cfg.corpus.shard_docs)
     except CorpusImportError as err:  # the input's fault, named: a message, not a traceback
-        # (raised in a Ray Data task, it arrives wrapped: its cause is the message)
-        print(f"slm: corpus import: {getattr(err, 'cause', None) or err}", file=sys.stderr)
+        print(f"slm: corpus import: {our_refusal(err) or err}", file=sys.stderr)  # (from inside Ray: unwrapped)
         return 1
     finally:
         shutdown_ray()
@@ -374,17 +373,37 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, FileExistsError, RunLockedError) as err:
         print(f"slm: {err}", file=sys.stderr)
         return 1
-    except ValueError as err:
-        # The model commands' refusals (slm.export.Refusal: a pretrained bank to export, a prompt past
-        # the context) and the report's (slm.tune.report.CombineError: tables of different data) are
-        # messages; any other ValueError is a bug and keeps its traceback.
-        refusals = tuple(getattr(sys.modules[m], n) for m, n in (("slm.export", "Refusal"),
-                                                                   ("slm.tune.report", "CombineError"))
-                         if m in sys.modules)
-        if not isinstance(err, refusals):
+    except Exception as err:
+        ours = our_refusal(err)
+        if ours is None:  # a bug: its traceback
             raise
-        print(f"slm: {err}", file=sys.stderr)
-        return 1
+        print(f"slm: {'config error: ' if isinstance(ours, ConfigError) else ''}{ours}", file=sys.stderr)
+        return 2 if isinstance(ours, ConfigError) else 1
+
+
+# Our refusals: messages written for the user (a bad config, a corrupt artifact, an input that cannot be
+# imported, tables of different data, a model the command cannot take), by module and class.
+REFUSALS = (("slm.config", "ConfigError"), ("slm.artifacts", "ArtifactError"),
+            ("slm.corpus.importer", "CorpusImportError"), ("slm.export", "Refusal"),
+            ("slm.tune.report", "CombineError"))
+
+
+def our_refusal(err: BaseException) -> BaseException | None:
+    """One of our refusals, found where Ray wrapped it: raised inside a Ray task or actor it arrives as
+    ``RayTaskError`` (the original in ``cause``), inside a Ray Data UDF as ``UserCodeException`` (raised
+    from it), each with Ray's traceback text around our one line. None: not ours (a bug)."""
+    kinds = tuple(getattr(sys.modules[m], n) for m, n in REFUSALS if m in sys.modules)
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        cause = getattr(err, "cause", None)  # first: Ray's wrapper is an instance of the cause's class too
+        if isinstance(cause, BaseException):
+            err = cause
+            continue
+        if isinstance(err, kinds):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
 
 
 if __name__ == "__main__":
