@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 from slm.artifacts import RunLockedError, atomic_write_json
@@ -98,8 +99,11 @@ def cmd_corpus_import(args) -> int:
                                valid_fraction=cfg.corpus.valid_fraction, valid=args.valid, replace=args.replace,
                                max_doc_chars=cfg.corpus.max_doc_chars, on_error=args.on_error,
                                shard_docs=cfg.corpus.shard_docs)
-    except CorpusImportError as err:  # the input's fault, named: a message, not a traceback
-        print(f"slm: corpus import: {our_refusal(err) or err}", file=sys.stderr)  # (from inside Ray: unwrapped)
+    except Exception as err:  # the input's fault, named: a message, not a traceback (from inside Ray too)
+        ours = our_refusal(err)
+        if not isinstance(ours, CorpusImportError):
+            raise
+        print(f"slm: corpus import: {ours}", file=sys.stderr)
         return 1
     finally:
         shutdown_ray()
@@ -396,6 +400,8 @@ def our_refusal(err: BaseException) -> BaseException | None:
     seen = set()
     while err is not None and id(err) not in seen:
         seen.add(id(err))
+        if type(err).__module__.startswith("ray.") and (ours := _refusal_in_text(str(err))) is not None:
+            return ours  # a Ray Data UDF's: only its text crossed back (UserCodeException keeps no cause)
         cause = getattr(err, "cause", None)  # first: Ray's wrapper is an instance of the cause's class too
         if isinstance(cause, BaseException):
             err = cause
@@ -404,6 +410,19 @@ def our_refusal(err: BaseException) -> BaseException | None:
             return err
         err = err.__cause__ or err.__context__
     return None
+
+
+def _refusal_in_text(text: str) -> BaseException | None:
+    """The last ``slm.<module>.<Class>: message`` line of a remote traceback, made again as that refusal."""
+    import importlib
+
+    found = None
+    for match in re.finditer(r"^(slm(?:\.\w+)+)\.(\w+): (.+)$", text, re.MULTILINE):
+        if (match.group(1), match.group(2)) in REFUSALS:
+            found = match
+    if found is None:
+        return None
+    return getattr(importlib.import_module(found.group(1)), found.group(2))(found.group(3))
 
 
 if __name__ == "__main__":

@@ -139,6 +139,32 @@ def quiet_forwarded_lines() -> None:
     worker.print_worker_logs = print_worker_logs
 
 
+class _DropRecords(logging.Filter):
+    """Drops log records whose message starts with one of ``starts``."""
+
+    def __init__(self, *starts: str):
+        super().__init__()
+        self.starts = starts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.starts)
+
+
+# Ray Data's ERROR lines when a task of a dataset fails, each followed by the exception itself (which
+# names the failure, and which the CLI prints as our one line when it is one of our refusals).
+RAY_DATA_FAILURE_LINES = _DropRecords("An exception was raised from a task of operator",
+                                      "Exception occurred in user code")
+
+
+def quiet_ray_data_failures() -> None:
+    """Leave out ``RAY_DATA_FAILURE_LINES`` (Ray Data's handlers, set up when it is imported)."""
+    import ray.data  # noqa: F401 (its logging configuration)
+
+    for handler in logging.getLogger("ray.data").handlers:
+        if RAY_DATA_FAILURE_LINES not in handler.filters:
+            handler.addFilter(RAY_DATA_FAILURE_LINES)
+
+
 def init_ray(cfg: RayConfig):
     """Initialise Ray once per process according to ``cfg``; return the Ray context. The dashboard's Jobs
     page names this driver by ``SLM_JOB_NAME`` (set by the pipeline; a submitted job has its submission's)."""
@@ -180,6 +206,7 @@ def init_ray(cfg: RayConfig):
     private_auth_token()  # before (a token from an earlier Ray) and after (one this start wrote)
     if not verbose():  # Ray Data's execution plans and per-dataset statistics: INFO lines by the dozen
         logging.getLogger("ray.data").setLevel(logging.WARNING)
+        quiet_ray_data_failures()
     url = getattr(context, "dashboard_url", None)
     print(f"[ray] {where}; {ray.cluster_resources().get('CPU', 0):.0f} CPUs"
           + (f"; dashboard http://{url}" if url else ""), flush=True)
