@@ -1,5 +1,6 @@
-"""Issue 19's probes, re-measured: bad input to `slm corpus import` and config values that must fail before
-anything runs. Each probe is run as a user would (the `slm` command, a fresh corpus folder each) and
+"""Issue 19's and 32's probes, re-measured: bad input to `slm corpus import`, config values that must fail
+before anything runs, corrupt artifacts (zeroed, truncated, swapped: each must stop what reads it in one
+line naming the file) and the sockets a local DDP run listens on (none beyond the loopback). Each probe is run as a user would (the `slm` command, a fresh corpus folder each) and
 judged by what came back:
 
 - an input probe is *handled* when the command either imports what it should (the documents counted,
@@ -12,7 +13,8 @@ judged by what came back:
     .venv/bin/python benchmarks/probes.py > benchmarks/results/probes.json
 
 Needs the bundled corpus (`slm corpus build`) for real text; ~2 s a config probe, ~20 s an input probe
-(each import starts its own local Ray, as the command does).
+(each import starts its own local Ray, as the command does); the artifact probes make a tiny run first
+(~5 minutes on 2 cores) and then read 15 corrupted copies of it.
 """
 
 from __future__ import annotations
@@ -179,6 +181,127 @@ def judge_input(expect: dict, proc: subprocess.CompletedProcess, corpus: Path) -
     return all(checks.values()), f"{documents} documents; {seen}; " + ", ".join(k for k, v in checks.items() if not v)
 
 
+# Issue 32: artifacts the stages wrote, corrupted three ways; each must stop what reads it in one line
+# naming the file. (artifact, files to corrupt under the run, the command that reads it)
+ARTIFACT_PROBES = [
+    ("packed arrays", "packed/generic/arrays/tokens.npy", "train"),
+    ("packed Parquet", "packed/generic/data/*.parquet", "train-remade-arrays"),
+    ("embeddings", "embeddings/generic/*.parquet", "cluster"),
+    ("cluster assignments", "clusters/assignments/*.parquet", "histogram"),
+    ("corpus shards", "corpus/generic/*.parquet", "stats"),
+]
+CORRUPTIONS = ("zeroed", "truncated", "swapped")
+
+
+def tiny_run(root: Path) -> list[str]:
+    """A whole small run made by the real stages (every manifest recording its files): a corpus of 60
+    generic and 40 legal documents, embedded, clustered, resampled, tokenized and packed. Returns the
+    overrides that point a command at it."""
+    texts = real_texts(40)
+    generic = pq.read_table(sorted((Path(CorpusConfig().dir).expanduser() / "generic").glob("*.parquet"))[0],
+                            columns=["text"]).column("text").to_pylist()[:60]
+    pq.write_table(pa.table({"text": [t[:1500] for t in generic]}), root / "generic.parquet")
+    pq.write_table(pa.table({"text": texts}), root / "legal.parquet")
+    corpus = root / "run" / "corpus"
+    for args in (["--generic"], ["--domain", "legal"]):
+        proc = slm("corpus", "import", str(root / ("generic.parquet" if args[0] == "--generic" else "legal.parquet")),
+                   *args, f"corpus.dir={corpus}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    overrides = [f"corpus.dir={corpus}", "corpus.domains=[legal]", f"run.root={root / 'run'}", "run.name=tiny",
+                 f"embed.output={root / 'run' / 'embeddings'}", "embed.fraction=1.0", "embed.compile=never",
+                 "cluster.k=2", "cluster.fine_k=0", "cluster.sample_size=500", "resample.tokens=3000",
+                 "resample.methods=[crisp]", "tokenizer.vocab_size=512", "pack.seq_len=64", "ray.include_dashboard=false"]
+    proc = slm("run", "jobs/quickstart.yaml", "stages=[embed, cluster, histogram, resample, tokenizer, pack]",
+               *overrides, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    proc = slm(*artifact_command("train", overrides), timeout=900)  # the packed arrays, made as a run starts
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return overrides
+
+
+def artifact_command(kind: str, overrides: list[str]) -> list[str]:
+    train = ["train", "pretrain", "--config", "jobs/pretrain.yaml", *overrides, "pretrain.model.depth=1",
+             "pretrain.train.num_workers=0", "pretrain.train.budget.steps=2", "pretrain.train.eval_tokens=512",
+             "pretrain.train.batch_size=2", "pretrain.train.checkpoint_every=0"]
+    return {"train": train, "train-remade-arrays": train,
+            "cluster": ["run", "jobs/quickstart.yaml", "stages=[cluster]", *overrides],
+            "histogram": ["run", "jobs/quickstart.yaml", "stages=[histogram]", *overrides],
+            "stats": ["data", "stats", *overrides]}[kind]
+
+
+def artifact_probes(root: Path, overrides: list[str]) -> list[dict]:
+    """Each artifact of the tiny run under ``root/run`` corrupted in a copy of the run, then read."""
+    import shutil
+
+    base = root
+    results = []
+    for name, pattern, kind in ARTIFACT_PROBES:
+        for how in CORRUPTIONS:
+            trial = root / f"{name.replace(' ', '-')}-{how}"
+            shutil.copytree(base / "run", trial)
+            moved = [o.replace(str(base / "run"), str(trial)) for o in overrides]
+            run_dir = trial / "tiny" if not pattern.startswith(("embeddings", "corpus")) else trial
+            files = sorted(run_dir.glob(pattern))
+            target = files[0]
+            data = target.read_bytes()
+            if how == "zeroed":
+                target.write_bytes(bytes(len(data)))
+            elif how == "truncated":
+                target.write_bytes(data[: len(data) // 2])
+            else:  # another file of its kind in its place
+                other = next(f for f in sorted(trial.rglob("*" + target.suffix)) if f != target and f.stat().st_size > 64)
+                target.write_bytes(other.read_bytes())
+            if kind == "train-remade-arrays":
+                shutil.rmtree(run_dir / "packed" / "generic" / "arrays")
+            proc = slm(*artifact_command(kind, moved), timeout=900)
+            err = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+            detected = (proc.returncode != 0 and target.name in (err[-1] if err else "")
+                        and "Traceback" not in proc.stderr)
+            results.append({"artifact": name, "corruption": how, "file": str(target.relative_to(trial)),
+                            "detected_one_line": detected, "said": (err[-1] if err else "")[:240]})
+            print(f"[probe] {name} {how}: {'detected' if detected else 'NOT detected'} ({results[-1]['said']})",
+                  file=sys.stderr, flush=True)
+            shutil.rmtree(trial)
+    return results
+
+
+SOCKETS = """
+import json, sys, threading, time, psutil
+from slm.cli import main
+found, stop = set(), threading.Event()
+def watch():  # every socket a process of this driver's tree listens on, while it trains
+    me = psutil.Process()
+    while not stop.is_set():
+        procs = [me, *me.children(recursive=True)] + [p for p in psutil.process_iter(["cmdline"])
+                  if "RayTrainWorker" in " ".join(p.info["cmdline"] or []) or "ray::" in " ".join(p.info["cmdline"] or [])]
+        for p in procs:
+            try:
+                found.update((c.laddr.ip, c.laddr.port) for c in p.net_connections(kind="inet") if c.status == "LISTEN")
+            except psutil.Error:
+                pass
+        time.sleep(0.5)
+threading.Thread(target=watch, daemon=True).start()
+code = main(sys.argv[1:])
+stop.set()
+print(json.dumps({"rc": code, "listening": sorted(found)}))
+"""
+
+
+def socket_probe(overrides: list[str]) -> dict:
+    """`slm train pretrain` with DDP on 2 workers, on the embedded local Ray: every listening socket of its
+    processes (the driver's tree and Ray's workers), sampled while it trains."""
+    args = ["train", "pretrain", "--config", "jobs/pretrain.yaml", *overrides, "pretrain.model.depth=1",
+            "pretrain.train.num_workers=2", "pretrain.train.budget.steps=20", "pretrain.train.eval_tokens=512",
+            "pretrain.train.batch_size=2", "pretrain.train.checkpoint_every=0", "pretrain.method=mixture"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0",
+           "PYTHONPATH": str(REPO / "platform")}
+    proc = subprocess.run([sys.executable, "-c", SOCKETS, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=1200, env=env)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    off = [s for s in out["listening"] if s[0] not in ("127.0.0.1", "::ffff:127.0.0.1", "::1")]
+    return {"rc": out["rc"], "listening": len(out["listening"]), "beyond_loopback": off}
+
+
 def main() -> None:
     started = time.perf_counter()
     results = {"inputs": [], "names": [], "config": []}
@@ -218,7 +341,15 @@ def main() -> None:
             refused = proc.returncode != 0 and word in text and "Traceback" not in text
             results["config"].append({"probe": name, "refused": refused,
                                       "said": text.strip().splitlines()[-1][:200] if text.strip() else ""})
+        base = root / "base"
+        base.mkdir()
+        overrides = tiny_run(base)
+        results["artifacts"] = artifact_probes(base, overrides)
+        results["sockets"] = socket_probe(overrides)
     results["counts"] = {
+        "corrupt artifacts detected in one line / tried":
+            f"{sum(r['detected_one_line'] for r in results['artifacts'])} / {len(results['artifacts'])}",
+        "sockets beyond the loopback (2-worker DDP on the embedded Ray)": len(results["sockets"]["beyond_loopback"]),
         "bad inputs handled / tried": f"{sum(r['handled'] for r in results['inputs'])} / {len(results['inputs'])}",
         "bad names refused before Ray / tried": f"{sum(r['refused_before_ray'] for r in results['names'])} / {len(results['names'])}",
         "bad configs refused / tried": f"{sum(r['refused'] for r in results['config'])} / {len(results['config'])}",
