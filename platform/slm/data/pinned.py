@@ -38,6 +38,7 @@ import ray.data
 
 from slm.artifacts import atomic_path, file_sha256, is_complete, read_manifest, write_manifest
 from slm.config import ConfigError, config_hash
+from slm.corpus.layout import verify_corpus
 from slm.data.cluster import assign, clustering, describe, load_centroids, save_centroids, with_clusters
 from slm.data.config import ClusterConfig, EmbedConfig
 from slm.data.embed import (
@@ -210,6 +211,7 @@ def cluster_pinned(corpus_dir: str | Path, cfg: ClusterConfig, embed: EmbedConfi
     file or, if it lacks the window, embedded and assigned to the file's centroids. Same outputs as
     ``cluster`` (``assignments/`` with a ``pinned`` column, ``centroids.npz``, ``clusters.json``)."""
     out, corpus_dir = Path(out), Path(corpus_dir).expanduser()
+    verify_corpus(corpus_dir)
     pinned = Pinned.read(cfg.assignments)
     pinned.check(cfg, embed)
     embed = replace(embed, dtype=resolve_dtype(embed.dtype, embed.device))
