@@ -70,6 +70,33 @@ def test_bad_specs_are_refused_naming_the_key():
         make_plan(spec(methods=["generic"], all_experts=True), INPUTS)
 
 
+def test_parts_partition_the_design_and_train_what_they_need():
+    """Issue 29: a part owns some pretraining runs; it trains them and the runs they need (not owned: their
+    trials and curves are the owner's), and runs every trial that starts from what it owns (distillation
+    with its teacher). A partition of the runs gives every trial exactly once."""
+    design = spec(large_size="d2", large_steps=8, distill=True, salt_kd_share=0.25, all_experts=True)
+    whole = make_plan(design, INPUTS)
+    groups = [["generic-d1", "importance-legal-d1"], ["importance-medical-d1", "mixture-d1"], ["generic-d2"],
+              ["salt-d2"]]
+    parts = [make_plan(replace(design, part=g), INPUTS) for g in groups]
+    names = [t.name for p in parts for t in p.trials]
+    assert sorted(names) == sorted(t.name for t in whole.trials) and len(set(names)) == len(names)
+    assert {r.name for p in parts for r in p.runs if r.owned} == {r.name for r in whole.runs}
+    large, salt = parts[2], parts[3]
+    # the large part: its teacher trials and the distilled students, whose start (generic-d1) it trains too
+    assert {t.role for t in large.trials} == {"teacher", "distill"}
+    assert {(r.name, r.owned) for r in large.runs} == {("generic-d2-seed0", True), ("generic-d2-seed1", True),
+                                                       ("generic-d1-seed0", False), ("generic-d1-seed1", False)}
+    assert {(r.name, r.owned) for r in salt.runs} == {("salt-d2-seed0", True), ("salt-d2-seed1", True),
+                                                      ("generic-d1-seed0", False), ("generic-d1-seed1", False)}
+    assert salt.trials == () and [r.name for r in salt.runs][-1].startswith("salt")  # teachers first
+    assert "mixture-d1-seed0" in {t.source for t in parts[1].trials if t.role == "experts"}  # C6 with its run
+    assert parts[0].estimate.total_flops == sum(r.flops for r in parts[0].runs) + sum(t.flops for t in parts[0].trials)
+    with pytest.raises(SweepSpecError, match=r"'sweep.part': \['soup-d1'\] are not pretraining runs of this design; "
+                                             r"its runs: \['generic-d1', 'generic-d2', 'importance-legal-d1'"):
+        make_plan(replace(design, part=["soup-d1"]), INPUTS)
+
+
 def test_a_plan_is_frozen_and_survives_its_json():
     p = make_plan(spec(large_size="d2", distill=True), INPUTS, {"legal": 1.5})
     again = Plan.from_json(json.loads(json.dumps(p.to_json())))

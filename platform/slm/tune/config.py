@@ -47,6 +47,10 @@ class SweepConfig:
     salt_kd_share: float = 0.0
     curve_every: int = 0
     all_experts: bool = False
+    # One part of a design too large for one stretch of work: the pretraining runs it owns (names without
+    # the seed, e.g. [generic-d1, importance-legal-d1]); it trains those and the runs they need, and runs
+    # every trial that starts from them (tune.plan.part_of). Empty: the whole design. docs/results.md.
+    part: list[str] = field(default_factory=list)
     inference_budget: float = 0.0  # the largest inference FLOPs per token a size may cost (0: no limit)
     scheduler: Literal["fifo", "asha"] = "fifo"  # asha: stop weak specializations early (metric: loss)
     max_concurrent_trials: int = 0  # 0: the cluster's CPUs (GPUs) ÷ what one trial's workers take

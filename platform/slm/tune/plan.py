@@ -55,6 +55,9 @@ class PretrainRun:
     kd_steps: int = 0
     eval_every: int = 0  # 0: the pretrain section's own
     flops: float = 0.0
+    # False: trained in this part of a study only because a run or trial it owns needs it (SALT's teacher,
+    # distillation's student); its trials and curves belong to the part that owns it (``sweep.part``).
+    owned: bool = True
 
 
 @dataclass(frozen=True)
@@ -288,12 +291,38 @@ def make_plan(sw: SweepConfig, inputs: PlanInputs, histogram_entropy: dict[str, 
                                      all_k[0], seed, setting, setting + seed_suffix(seed), "experts", expert=e))
     # A teacher trains before its student: SALT's runs after the grid's.
     runs = tuple(sorted(plan.runs, key=lambda r: r.teacher is not None))
-    pretrain_flops, specialize_flops = sum(r.flops for r in runs), sum(t.flops for t in plan.trials)
+    trials = tuple(plan.trials)
+    if sw.part:
+        runs, trials = part_of(runs, trials, sw.part)
+    pretrain_flops, specialize_flops = sum(r.flops for r in runs), sum(t.flops for t in trials)
     total = pretrain_flops + specialize_flops
     estimate = Estimate(pretrain_flops, specialize_flops, total,
                         total / (inputs.peak_flops * sw.assumed_mfu), sw.assumed_mfu, inputs.peak_flops,
                         inputs.peak_flops_source)
-    return Plan(runs, tuple(plan.trials), dict(sizes), small, large, dict(histogram_entropy or {}), estimate)
+    return Plan(runs, trials, dict(sizes), small, large, dict(histogram_entropy or {}), estimate)
+
+
+def base_name(run: PretrainRun) -> str:
+    """A run's name without its seed: what ``sweep.part`` lists, the same for every seed."""
+    suffix = seed_suffix(run.seed)
+    return run.name[: -len(suffix)] if suffix else run.name
+
+
+def part_of(runs: tuple[PretrainRun, ...], trials: tuple[Trial, ...], part: list[str]
+            ) -> tuple[tuple[PretrainRun, ...], tuple[Trial, ...]]:
+    """The share of a design that ``part`` (pretraining runs by ``base_name``) owns: those runs, every trial
+    that starts from one of them or whose teacher did (distillation belongs with its teacher), and the runs
+    those need besides (SALT's teacher, distillation's student), trained here too but not owned. The parts
+    of a partition of the runs hold every trial once, so their tables combine (``slm report --tables``)."""
+    known = sorted({base_name(r) for r in runs})
+    unknown = sorted(set(part) - set(known))
+    if unknown:
+        raise SweepSpecError(f"config key 'sweep.part': {unknown} are not pretraining runs of this design; "
+                             f"its runs: {known}")
+    owned = {r.name for r in runs if base_name(r) in part}
+    kept = tuple(t for t in trials if (t.teacher_run or t.source) in owned)
+    needed = owned | {t.source for t in kept} | {r.teacher for r in runs if r.name in owned and r.teacher}
+    return tuple(replace(r, owned=r.name in owned) for r in runs if r.name in needed), kept
 
 
 def format_plan(p: Plan) -> str:

@@ -249,7 +249,9 @@ def combine(folders: list[Path], plan: Plan | None = None) -> tuple[list[dict], 
     entropies = {k: v for p in plans.values() for k, v in p.histogram_entropy.items()}
     if plan is None:
         plan = replace(plans[folders[0]],
-                       runs=tuple({r.name: r for p in plans.values() for r in p.runs}.values()),
+                       # a run two parts trained (one owns it, one needed it): the owner's record
+                       runs=tuple({r.name: r for p in plans.values()
+                                   for r in sorted(p.runs, key=lambda r: r.owned)}.values()),
                        trials=tuple({t.name: t for p in plans.values() for t in p.trials}.values()),
                        sizes={k: v for p in plans.values() for k, v in p.sizes.items()})
     # A design planned before its data was made (`--dry-run`) has no histograms: the parts measured them.

@@ -195,7 +195,7 @@ def write_curves(runs: tuple[PretrainRun, ...], layout: RunLayout, out: Path) ->
     macro average over the valid domains of the model each domain is served by), a row each, in
     ``curves.parquet``: how each run's valid loss fell with its steps (C5, the saturation check)."""
     rows = []
-    for run in runs:
+    for run in (r for r in runs if r.owned):  # a run a part trained only as a dependency: its owner's curve
         log = layout.pretrained(run.name).metrics
         seen: dict[int, dict] = {}  # a resumed run logs the steps after its checkpoint twice: keep the last
         for line in log.read_text().splitlines() if log.exists() else []:
