@@ -1,7 +1,8 @@
 """One part of the study (issue 29): its data stages and one seed's sweep, from a clean checkout, then its
-small tables committed under ``benchmarks/results/study/seed<S>/``.
+small tables committed under ``benchmarks/results/study/seed<S>/`` (a part of it, ``--part P`` from
+jobs/study/parts.yaml: ``seed<S>-<P>/``).
 
-    python benchmarks/study_part.py --seed 0 [key=value ...]
+    python benchmarks/study_part.py --seed 0 [--part a] [key=value ...]
 
 Runs ``slm run jobs/sweeps/study.yaml sweep.seeds=[S] sweep.name=study-seed<S>`` (the pinned clusters make
 the data stages the same on every machine; finished stages, runs and trials are kept, so a rerun
@@ -27,17 +28,27 @@ from slm.runtime import cpu_flags, cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "jobs" / "sweeps" / "study.yaml"
+PARTS = ROOT / "jobs" / "study" / "parts.yaml"
 TABLES = ("results.parquet", "results.csv", "curves.parquet", "plan.json")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--part", help="one part of the seed's share (jobs/study/parts.yaml): its runs and their "
+                                       "trials; without it, the whole seed")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "study"))
     parser.add_argument("overrides", nargs="*", help="extra config overrides (e.g. run.root=/scratch/runs)")
     args = parser.parse_args()
-    name = f"study-seed{args.seed}"
+    name = f"study-seed{args.seed}" + (f"-{args.part}" if args.part else "")
     overrides = [f"sweep.seeds=[{args.seed}]", f"sweep.name={name}", *args.overrides]
+    if args.part:
+        import yaml
+
+        parts = yaml.safe_load(PARTS.read_text())["parts"]
+        if args.part not in parts:
+            raise SystemExit(f"--part {args.part}: not in {PARTS} (its parts: {sorted(parts)})")
+        overrides.insert(1, f"sweep.part=[{', '.join(parts[args.part])}]")
     slm = str(Path(sys.executable).with_name("slm"))
     config = subprocess.run([slm, "config", str(SPEC), *overrides], check=True, capture_output=True, text=True,
                             cwd=ROOT).stdout
@@ -46,7 +57,7 @@ def main() -> None:
     subprocess.run([slm, "run", str(SPEC), *overrides], check=True, cwd=ROOT, env=os.environ)
     wall = time.time() - started
     sweep = run_dir / "sweeps" / name
-    out = Path(args.out) / f"seed{args.seed}"
+    out = Path(args.out) / name.removeprefix("study-")  # seed0, or seed0-a for a part
     out.mkdir(parents=True, exist_ok=True)
     for table in TABLES:
         shutil.copy2(sweep / table, out / table)
@@ -54,7 +65,8 @@ def main() -> None:
         shutil.copy2(sweep / "report" / text, out / text)
     plan = json.loads((sweep / "plan.json").read_text())
     flags = sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
-    part = {"part": name, "seed": args.seed, "overrides": overrides, "wall_s": round(wall, 1),
+    part = {"part": name, "seed": args.seed, "runs": [r["name"] for r in plan["runs"]], "trials": len(plan["trials"]),
+            "overrides": overrides, "wall_s": round(wall, 1),
             "stages_s": {k: v["seconds"] for k, v in json.loads((run_dir / "stage_resources.json").read_text()).items()},
             "flops": plan["estimate"]["total_flops"], "data_fingerprint": plan["data"]["fingerprint"],
             "machine": {"cpu": cpu_model(), "flags": flags, "cores": os.cpu_count()},

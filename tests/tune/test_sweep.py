@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from slm.artifacts import atomic_write_text
 from slm.config import ConfigError, dump_yaml
@@ -324,6 +325,21 @@ def test_the_study_design_meets_the_issue(slm_cli):
     assert len({t.name for t in p.trials}) == len(p.trials)  # every trial its own name
     out = slm_cli("sweep", "jobs/sweeps/study.yaml", "--dry-run").stdout
     assert f"{len(p.trials)} specialization trials" in out and "estimated cost" in out
+
+
+def test_the_study_parts_partition_each_seed_and_train_nothing_twice():
+    """jobs/study/parts.yaml as shipped: the four parts of a seed hold every run and trial of that seed's
+    share of the study once, and no part trains a run another part trains (no dependency outside a part)."""
+    parts = yaml.safe_load((REPO / "jobs" / "study" / "parts.yaml").read_text())["parts"]
+    spec = REPO / "jobs" / "sweeps" / "study.yaml"
+    whole = plan(load_job(spec, ["sweep.seeds=[1]"]), check_data=False)
+    pieces = {name: plan(load_job(spec, ["sweep.seeds=[1]", f"sweep.part=[{', '.join(runs)}]"]), check_data=False)
+              for name, runs in parts.items()}
+    trials = [t.name for p in pieces.values() for t in p.trials]
+    assert sorted(trials) == sorted(t.name for t in whole.trials) and len(set(trials)) == len(trials)
+    runs = [r.name for p in pieces.values() for r in p.runs]
+    assert sorted(runs) == sorted(r.name for r in whole.runs)  # each once: nothing trained in two parts
+    assert all(r.owned for p in pieces.values() for r in p.runs)
 
 
 def test_a_dry_run_refuses_a_domain_the_corpus_lacks(tmp_path):
