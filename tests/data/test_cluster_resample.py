@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from slm.artifacts import file_sha256
+from slm.artifacts import file_sha256, write_manifest
 from slm.data.cluster import Assigner, cluster, save_centroids
 from slm.data.config import ClusterConfig
 from slm.data.histogram import domain_histograms
@@ -95,6 +95,7 @@ def test_a_domain_whose_clusters_are_absent_from_generic_fails(clusters, tmp_pat
     legal_leaves = {r["leaf"] for r in info["sizes"] if r["domain"] == "legal"}
     info["sizes"] = [r for r in info["sizes"] if not (r["domain"] == "generic" and r["leaf"] in legal_leaves)]
     (tmp_path / "clusters.json").write_text(json.dumps(info))
+    write_manifest(tmp_path, {"stage": "cluster"})  # as a cluster stage that made these sizes would
     with pytest.raises(ValueError, match="all of its windows fall in leaves that hold no generic"):
         domain_histograms(tmp_path, 0.5, ["legal"])
 

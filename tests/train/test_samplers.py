@@ -66,6 +66,7 @@ def test_training_arrays_do_not_depend_on_the_order_packing_wrote_its_groups(tmp
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from slm.artifacts import write_manifest
     from slm.train.data import PackedArrays, materialize
 
     rng = np.random.default_rng(0)
@@ -79,6 +80,7 @@ def test_training_arrays_do_not_depend_on_the_order_packing_wrote_its_groups(tmp
             pq.write_table(pa.table({"tokens": pa.FixedSizeListArray.from_arrays(pa.array(g.reshape(-1)), 5),
                                      "coarse": pa.array([leaf // 2] * len(g), pa.int32()),
                                      "leaf": pa.array([leaf] * len(g), pa.int32())}), folder / "data" / f"part-{i}.parquet")
+        write_manifest(folder, {"stage": "pack"})  # as the pack stage records what it wrote
         return PackedArrays.open(materialize(folder))
 
     a, b = packed([3, 0, 7], "a"), packed([7, 3, 0], "b")
