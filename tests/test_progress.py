@@ -45,6 +45,11 @@ def test_a_stage_shorter_than_the_interval_prints_nothing_and_slow_rates_read_pe
     q.add(1)
     assert lines == ["[corpus] 1/20 packages fetched (5%), 0.5/min, ETA 38 min 00 s"]
     assert [duration(s) for s in (12, 200, 7500)] == ["12 s", "3 min 20 s", "2 h 05 min"]
+    nothing = Progress("cluster", "windows embedded", 0, every_s=0, clock=clock, out=lines.append)
+    clock.now = 500
+    nothing.update(0)
+    nothing.close()
+    assert len(lines) == 1  # a stage with nothing to do says nothing
 
 
 @pytest.mark.ray

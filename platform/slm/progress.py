@@ -51,6 +51,8 @@ class Progress:
         """The work done so far (a running total); prints when ``every_s`` has passed since the last line."""
         self.done = done
         now = self.clock()
+        if self.total <= 0:  # nothing to do (a fully pinned cluster stage): nothing to report
+            return
         if now - (self.printed_at if self.printed_at is not None else self.started) >= self.every_s:
             self.printed_at = now
             self.out(self.line())
