@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from slm.artifacts import file_sha256, write_manifest
-from slm.data.cluster import Assigner, cluster, save_centroids
+from slm.data.cluster import assign_batch, cluster, load_centroids, save_centroids
 from slm.data.config import ClusterConfig
 from slm.data.histogram import domain_histograms
 from slm.data.resample import SUBSETS, resample
@@ -59,19 +59,19 @@ def test_wrong_embedding_dimension_is_a_clear_error(clusters):
     batch = pa.table({"id": ["x"], "doc_id": ["x"], "source": ["s"], "domain": ["generic"], "text": ["t"],
                       "n_tokens": [1], "embedding": pa.FixedSizeListArray.from_arrays(np.zeros(128, np.float32), 128)})
     with pytest.raises(ValueError, match="embedding dimension 128 does not match the centroids' 384"):
-        Assigner(str(out / "centroids.npz"), file_sha256(out / "centroids.npz"))(batch)
+        assign_batch(batch, str(out / "centroids.npz"), file_sha256(out / "centroids.npz"))
 
 
-def test_an_actor_refuses_centroids_other_than_its_stage_wrote(clusters, tmp_path):
-    """The assigning actors read the centroids by path (not through the object store) and check them."""
+def test_the_assigning_tasks_refuse_centroids_other_than_their_stage_wrote(clusters, tmp_path):
+    """The assigning tasks read the centroids by path and digest (not through the object store)."""
     out, _ = clusters
     arrays = np.load(out / "centroids.npz")
     digest = save_centroids(tmp_path / "centroids.npz", arrays["coarse"], arrays["fine"])
     assert digest == file_sha256(out / "centroids.npz")  # the same arrays, the same bytes
-    np.testing.assert_array_equal(Assigner(str(tmp_path / "centroids.npz"), digest).fine, arrays["fine"])
+    np.testing.assert_array_equal(load_centroids(str(tmp_path / "centroids.npz"), digest)[1], arrays["fine"])
     save_centroids(tmp_path / "centroids.npz", arrays["coarse"] + 1, arrays["fine"])  # rewritten meanwhile
     with pytest.raises(ValueError, match="not the centroids this stage wrote"):
-        Assigner(str(tmp_path / "centroids.npz"), digest)
+        load_centroids(str(tmp_path / "centroids.npz"), digest)
 
 
 def test_histograms_smoothing_and_errors(clusters):

@@ -13,6 +13,7 @@ in windows and tokens, and a few sample titles per coarse cluster), ``manifest.j
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import asdict
@@ -132,17 +133,18 @@ def with_clusters(batch: pa.Table, coarse: np.ndarray, leaf: np.ndarray) -> pa.T
     return out.append_column("coarse", pa.array(coarse, pa.int32())).append_column("leaf", pa.array(leaf, pa.int32()))
 
 
-class Assigner:
-    """A Ray Data actor: every embedded window's coarse cluster and leaf. It reads the centroids from the
-    stage's ``centroids.npz`` (by path and digest, ``load_centroids``): arrays given as constructor
-    arguments go through the object store, and an actor Ray Data restarts after they are freed could not
-    be rebuilt (Ray warns of it at every start, ray-project/ray#53727); the file outlives the stage."""
+def assign_batch(batch: pa.Table, centroids: str, digest: str) -> pa.Table:
+    """A Ray Data task: every embedded window's coarse cluster and leaf. The centroids are read from the
+    stage's ``centroids.npz`` by path and digest, once per worker process (``_centroids``): a plain task
+    needs no actor (Ray Data's actor pools print a ``core_worker.cc`` warning about their constructor
+    arguments at every start, docs/usage.md), and the arrays need not travel with every task."""
+    coarse, fine = _centroids(centroids, digest)
+    return with_clusters(batch, *assign(_embeddings(batch, "embedding batch"), coarse, fine))
 
-    def __init__(self, centroids: str, digest: str):
-        self.coarse, self.fine = load_centroids(centroids, digest)
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        return with_clusters(batch, *assign(_embeddings(batch, "embedding batch"), self.coarse, self.fine))
+@functools.lru_cache(maxsize=4)
+def _centroids(path: str, digest: str) -> tuple[np.ndarray, np.ndarray | None]:
+    return load_centroids(path, digest)
 
 
 def _nearest(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
@@ -170,8 +172,8 @@ def cluster(embed_dir: str | Path, cfg: ClusterConfig, out: str | Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     centroids = save_centroids(out / "centroids.npz", model["coarse"], model["fine"])
     ds = ray.data.read_parquet(embedding_files(embed_dir))
-    assigned = ds.map_batches(Assigner, fn_constructor_args=(str(out / "centroids.npz"), centroids),
-                              batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=1), num_cpus=0.5)
+    assigned = ds.map_batches(assign_batch, fn_kwargs={"centroids": str(out / "centroids.npz"), "digest": centroids},
+                              batch_format="pyarrow", num_cpus=0.5)
     with atomic_path(out / "assignments") as tmp:
         assigned.write_parquet(str(tmp))
     describe(out, cfg, model["titles"])

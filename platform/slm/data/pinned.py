@@ -184,7 +184,7 @@ class MissingAssigner:
     """A Ray Data actor: windows the file lacks are embedded and assigned to the pinned centroids; the
     embedder is loaded only if a batch needs it (a fully pinned job embeds nothing)."""
 
-    def __init__(self, embed_cfg: dict, centroids: str, digest: str, progress=None):  # file, not arrays: see Assigner
+    def __init__(self, embed_cfg: dict, centroids: str, digest: str, progress=None):  # the file: see assign_batch
         self.embed_cfg, self.embedder, self.progress = embed_cfg, None, progress  # progress: a Counter actor
         self.coarse, self.fine = load_centroids(centroids, digest)
 
