@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slm.progress import Progress, RemoteProgress, duration
+from slm.progress import Progress, RemoteProgress, duration, report
 
 
 class Clock:
@@ -60,7 +60,7 @@ def test_ray_tasks_feed_the_driver_s_progress(ray_local):
 
     @ray.remote(num_cpus=0.25)
     def work(counter, n):
-        counter.add.remote(n)
+        report(counter, n)
         return n
 
     progress = Progress("stats", "documents tokenized", 60, every_s=0, out=lines.append)

@@ -67,9 +67,9 @@ class Progress:
 
 
 class RemoteProgress:
-    """A ``Progress`` fed by Ray actors: ``with RemoteProgress(p) as counter:`` hands ``counter`` (a Ray
-    actor handle; pass it to the actors, which call ``counter.add.remote(n)``) while a driver thread polls it
-    every few seconds and updates ``p``."""
+    """A ``Progress`` fed by Ray tasks and actors: ``with RemoteProgress(p) as counter:`` hands ``counter`` (a
+    Ray actor handle; pass it to them, which call ``report(counter, n)``) while a driver thread polls it every
+    few seconds and updates ``p``."""
 
     def __init__(self, progress: Progress, poll_s: float = 2.0):
         self.progress, self.poll_s = progress, poll_s
@@ -103,8 +103,16 @@ class RemoteProgress:
         ray.kill(self.counter)
 
 
+def report(counter, n: int) -> None:
+    """From a Ray task or actor: ``n`` more units done. Waited for (a round trip per batch), so that when
+    the stage's work has returned, its count is complete."""
+    import ray
+
+    ray.get(counter.add.remote(n))
+
+
 class Counter:
-    """The actor ``RemoteProgress`` polls: a running total that tasks and actors add to."""
+    """The actor ``RemoteProgress`` polls: a running total that tasks and actors add to (``report``)."""
 
     def __init__(self, tag: str):
         self.tag, self.total = tag, 0

@@ -116,8 +116,10 @@ FORWARDED_NOISE = (
     # CPUs a Ray Data pipeline's task workers and actor pool reach "4x" within a stage. Nothing is wrong.
     re.compile(r"WARNING: \d+ PYTHON worker processes have been started on node: .* maximum expected startup "
                r"concurrency"),
-    # The GCS killing an actor whose process has already exited (a finished trial's, at the sweep's end).
-    re.compile(r"Failed to kill actor .*RpcError: Socket closed"),
+    # The GCS killing an actor whose process has already exited (a finished trial's at a sweep's end, a Ray
+    # Data actor pool's at a stage's): "Failed to kill actor … RpcError: Socket closed" or "… KillActor RPC
+    # failed for actor NIL_ID".
+    re.compile(r"gcs_actor_scheduler\.cc:\d+: Failed to kill actor|Failed to kill actor .*RpcError: Socket closed"),
 )
 
 

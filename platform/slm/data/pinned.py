@@ -52,7 +52,7 @@ from slm.data.embed import (
     shards_to_embed,
 )
 from slm.data.execution import reproducible_execution
-from slm.progress import Progress, RemoteProgress
+from slm.progress import Progress, RemoteProgress, report
 from slm.runtime import cpu_model
 
 HEADER_KEY = b"slm.pinned"
@@ -200,7 +200,7 @@ class MissingAssigner:
             vectors = normalize(self.embedder.encode(texts, self.embed_cfg["encode_batch"]))
             coarse[rows], leaf[rows] = assign(vectors, self.coarse, self.fine)
             if self.progress is not None:
-                self.progress.add.remote(len(rows))
+                report(self.progress, len(rows))
         out = with_clusters(batch, coarse, leaf)
         return out.append_column("pinned", batch.column("pinned"))
 

@@ -17,13 +17,13 @@ from ray.data.aggregate import Count, Sum
 
 from slm.corpus.layout import corpus_files, verify_corpus
 from slm.data import tokenizers
-from slm.progress import Progress, RemoteProgress
+from slm.progress import Progress, RemoteProgress, report
 
 
 def _count_tokens(batch: pa.Table, tokenizer: str, progress) -> pa.Table:
     texts = batch.column("text").to_pylist()
     encoded = tokenizers.load(tokenizer).encode_batch(texts, add_special_tokens=False)
-    progress.add.remote(len(texts))  # a Counter actor (slm.progress)
+    report(progress, len(texts))  # a Counter actor (slm.progress)
     return pa.table({
         "domain": batch.column("domain"),
         "split": batch.column("split"),

@@ -44,9 +44,11 @@ def _serve(world_size: int, timeout_s: float) -> int:
     return port
 
 
-def _join(backend: str, rank: int, world_size: int, port: int, timeout_s: float) -> None:
-    store = _store if rank == 0 else dist.TCPStore(LOOPBACK, port, world_size, False, timedelta(seconds=timeout_s))
-    dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world_size,
+def _join(backend: str, world_rank: int, world_size: int, port: int, timeout_s: float) -> None:
+    # (not `rank`: Ray's execute_single_async takes the worker's index under that name)
+    store = _store if world_rank == 0 else dist.TCPStore(LOOPBACK, port, world_size, False,
+                                                         timedelta(seconds=timeout_s))
+    dist.init_process_group(backend=backend, store=store, rank=world_rank, world_size=world_size,
                             timeout=timedelta(seconds=timeout_s))
 
 
@@ -58,8 +60,9 @@ class _LoopbackBackend(_TorchBackend):
         port = worker_group.execute_single(0, _serve, world_size=n, timeout_s=backend_config.timeout_s)
         if not isinstance(worker_group, V1WorkerGroup):  # LOCAL_RANK, RANK, …, where Ray's backend sets them
             worker_group.execute(_set_torch_distributed_env_vars)
-        ray.get([worker_group.execute_single_async(i, _join, backend=backend_config.backend, rank=i, world_size=n,
-                                                   port=port, timeout_s=backend_config.timeout_s) for i in range(n)])
+        ray.get([worker_group.execute_single_async(i, _join, backend=backend_config.backend, world_rank=i,
+                                                   world_size=n, port=port, timeout_s=backend_config.timeout_s)
+                 for i in range(n)])
 
 
 @dataclass
