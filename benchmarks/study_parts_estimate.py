@@ -9,6 +9,7 @@ sweep runs them, and Tune's overhead per trial), then each part of jobs/study/pa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -32,8 +33,9 @@ def main() -> None:
     whole = plan(cfg, check_data=False)
     slots = max(1, int((os.cpu_count() or 1) // max(cfg.pretrain.train.cpus_per_worker, 1)))
     rates = probe(cfg, whole, slots)
-    init_ray(cfg.ray)
-    tune = tune_overhead(slots, cfg.specialize.train.cpus_per_worker)
+    with contextlib.redirect_stdout(sys.stderr):  # stdout is the JSON
+        init_ray(cfg.ray)
+        tune = tune_overhead(slots, cfg.specialize.train.cpus_per_worker)
     out = {"machine": {"cpu": cpu_model(), "cores": os.cpu_count(),
                        "flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"})},
            "rates": {k: vars(v) for k, v in rates.items()}, "tune": tune, "parts": {}}
