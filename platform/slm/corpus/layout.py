@@ -31,8 +31,7 @@ def verify_corpus(corpus_dir: str | Path) -> None:
     from slm.artifacts import read_manifest, verify
 
     if read_manifest(corpus_dir) is not None:
-        verify(corpus_dir, "make it again: `slm corpus build` (the bundled corpus) or `slm corpus import … "
-                           "--replace` (yours)")
+        verify(corpus_dir, "`slm corpus build` (the bundled corpus) or `slm corpus import … --replace` (yours)")
 
 
 def corpus_files(corpus_dir: str | Path) -> dict[str, list[str]]:
