@@ -73,7 +73,7 @@ def input_probes(root: Path) -> list[tuple[str, list[str], dict]]:
     add("malformed JSON line", write("malformed.jsonl", good + '{"text": "cut off\n'),
         {"documents": 6, "quarantined": 1})
     add("malformed JSON line, --on-error fail", write("malformed2.jsonl", good + '{"text": "cut off\n'),
-        {"error": ["malformed2.jsonl:7", "not JSON"]}, "--on-error", "fail")
+        {"error": ["malformed2.jsonl:7", "not JSON"], "needs_records": True}, "--on-error", "fail")
     add("non-UTF-8 bytes", write("latin1.jsonl", good.encode() + '{"text": "caf\xe9 cr\xe8me"}\n'.encode("latin-1")),
         {"documents": 7, "decode_errors": 1})
     add("UTF-8 BOM + CRLF", write("bom.jsonl", b"\xef\xbb\xbf" + good.replace("\n", "\r\n").encode()),
@@ -84,10 +84,20 @@ def input_probes(root: Path) -> list[tuple[str, list[str], dict]]:
     add("text field not a string", write("typed.jsonl", good + json.dumps({"text": 5}) + "\n"),
         {"documents": 6, "quarantined": 1})
     add("no text field anywhere", write("content.jsonl", json.dumps({"content": texts[0]}) + "\n"),
-        {"error": ["content.jsonl:1", "--text-column"]})
+        {"error": ["content.jsonl:1", "--text-column"], "needs_records": True})
     pq.write_table(pa.table({"text": texts[:6]}), root / "whole.parquet")
     add("truncated Parquet", write("cut.parquet", (root / "whole.parquet").read_bytes()[:-30]),
         {"error": ["cut.parquet", "not a readable Parquet file"]})
+    pq.write_table(pa.table({"content": texts[:3], "id2": [1, 2, 3]}), root / "notext.parquet")
+    add("Parquet without the text column", str(root / "notext.parquet"),
+        {"error": ["notext.parquet", "no column 'text'", "--text-column"]})
+    pq.write_table(pa.table({"text": [1, 2, 3]}), root / "numbers.parquet")
+    add("Parquet whose text is numbers", str(root / "numbers.parquet"), {"error": ["numbers.parquet", "not text"]})
+    add("a CSV file", write("table.csv", "text\n" + "\n".join(t[:80].replace(",", " ").replace("\n", " ")
+                                                            for t in texts[:3]) + "\n"),
+        {"error": ["table.csv", "not a supported file"]})
+    add("a generic corpus that exists, without --replace", write("again.jsonl", good),
+        {"error": ["already exists", "--replace"], "existing": True})
     add("empty file", write("empty.jsonl", ""), {"error": ["empty.jsonl", "nothing to import"]})
     add("blank lines only", write("blank.jsonl", "\n\n  \n"), {"error": ["blank.jsonl", "nothing to import"]})
     add("JSON array, not JSON Lines", write("array.json", json.dumps([{"text": t} for t in texts[:3]])),
@@ -157,12 +167,20 @@ YAML_PROBES = [  # job files
 ]
 
 
-def judge_input(expect: dict, proc: subprocess.CompletedProcess, corpus: Path) -> tuple[bool, str]:
+def files_of(folder: Path) -> dict[str, bytes]:
+    if not folder.exists():
+        return {}
+    return {str(f.relative_to(folder)): f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()}
+
+
+def judge_input(expect: dict, proc: subprocess.CompletedProcess, corpus: Path,
+                corpus_before: dict[str, bytes]) -> tuple[bool, str]:
     text = proc.stdout + proc.stderr
     if "Traceback" in text:
         return False, "traceback: " + text.strip().splitlines()[-1][:200]
     if "error" in expect:
-        ok = proc.returncode != 0 and all(w in text for w in expect["error"]) and not (corpus / "generic").exists()
+        ok = (proc.returncode != 0 and all(w in text for w in expect["error"])
+              and files_of(corpus) == corpus_before)  # the corpus as it was
         return ok, text.strip().splitlines()[-1][:200] if text.strip() else ""
     if proc.returncode != 0:
         return False, text.strip().splitlines()[-1][:200]
@@ -309,9 +327,18 @@ def main() -> None:
         root = Path(tmp)
         for name, args, expect in input_probes(root / "in"):
             corpus = root / "corpora" / str(len(results["inputs"]))
+            if expect.get("existing"):  # a corpus imported before, which a second import must keep
+                assert slm("corpus", "import", args[0], "--generic", f"corpus.dir={corpus}").returncode == 0
+            before = files_of(corpus)
+            began = time.perf_counter()
             proc = slm("corpus", "import", args[0], "--generic", *args[1:], f"corpus.dir={corpus}")
-            handled, said = judge_input(expect, proc, corpus)
-            results["inputs"].append({"probe": name, "handled": handled, "said": said})
+            handled, said = judge_input(expect, proc, corpus, before)
+            row = {"probe": name, "handled": handled, "said": said}
+            if "error" in expect and not expect.get("needs_records"):
+                # found without reading records: before Ray starts, for a local path (docs/corpus.md)
+                row |= {"refused_before_ray": "[ray] started" not in proc.stdout + proc.stderr,
+                        "seconds": round(time.perf_counter() - began, 1)}
+            results["inputs"].append(row)
             print(f"[probe] input {name}: {'handled' if handled else 'NOT handled'} ({said})", file=sys.stderr, flush=True)
         for name, value, words in NAME_PROBES:
             began = time.perf_counter()
@@ -351,6 +378,9 @@ def main() -> None:
             f"{sum(r['detected_one_line'] for r in results['artifacts'])} / {len(results['artifacts'])}",
         "sockets beyond the loopback (2-worker DDP on the embedded Ray)": len(results["sockets"]["beyond_loopback"]),
         "bad inputs handled / tried": f"{sum(r['handled'] for r in results['inputs'])} / {len(results['inputs'])}",
+        "inputs refused without reading records, before Ray starts / tried": (
+            f"{sum(r.get('refused_before_ray', False) for r in results['inputs'])} / "
+            f"{sum('refused_before_ray' in r for r in results['inputs'])}"),
         "bad names refused before Ray / tried": f"{sum(r['refused_before_ray'] for r in results['names'])} / {len(results['names'])}",
         "bad configs refused / tried": f"{sum(r['refused'] for r in results['config'])} / {len(results['config'])}",
     }

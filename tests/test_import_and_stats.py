@@ -88,6 +88,9 @@ def test_import_with_an_empty_split_fails_and_writes_nothing(ray_local, tmp_path
     ("empty.jsonl", "", r"empty.jsonl: nothing to import \(empty.jsonl: empty\)"),
     ("blank.jsonl", " \n\n  \n", r"blank.jsonl: nothing to import \(blank.jsonl: empty\)"),
     ("legal", None, r"domains/legal already exists; pass --replace to overwrite it"),
+    ("notext.parquet", pa.table({"content": ["a real sentence"], "id2": [1]}),
+     r"notext.parquet: no column 'text' \(columns: \['content', 'id2'\]\); pass --text-column$"),
+    ("numbers.parquet", pa.table({"text": [1, 2]}), r"numbers.parquet: column 'text' is int64, not text$"),
 ])
 def test_an_import_refused_before_ray_starts(slm_cli, tmp_path, name, content, why):
     """Issue 32: these were refused only after Ray had started (16-33 s), in a Ray Data traceback or not."""
@@ -98,6 +101,8 @@ def test_an_import_refused_before_ray_starts(slm_cli, tmp_path, name, content, w
     given = tmp_path / name
     if content is None:
         pq.write_table(pa.table({"text": ["a real document"]}), given := tmp_path / "legal.parquet")
+    elif isinstance(content, pa.Table):  # the schema, from the footer: no Ray needed
+        pq.write_table(content, given)
     else:
         given.write_text(content)
     proc = slm_cli("corpus", "import", str(given), "--domain", "legal" if content is None else "notes",
@@ -108,11 +113,13 @@ def test_an_import_refused_before_ray_starts(slm_cli, tmp_path, name, content, w
 
 def test_an_error_raised_inside_ray_data_is_our_one_line(slm_cli, tmp_path):
     """Issue 32: a Parquet file without the text column failed inside a Ray Data UDF: the user saw Ray's
-    `UserCodeException: UDF failed to process a data block …`, our line ~40 lines up."""
+    `UserCodeException: UDF failed to process a data block …`, our line ~40 lines up. A local file's
+    schema is now checked before Ray starts; a remote one (here a file:// URI, which is handed to Ray Data
+    as it is, as s3:// is) is still found inside the read."""
     pq.write_table(pa.table({"content": ["a real sentence"], "id2": [1]}), tmp_path / "notext.parquet")
-    proc = slm_cli("corpus", "import", str(tmp_path / "notext.parquet"), "--domain", "notes",
+    proc = slm_cli("corpus", "import", f"file://{tmp_path / 'notext.parquet'}", "--domain", "notes",
                    f"corpus.dir={tmp_path / 'corpus'}", "ray.include_dashboard=false", check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 1 and "[ray] started" in proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         f"slm: corpus import: {tmp_path / 'notext.parquet'}: no column 'text' (columns: ['content', 'id2']); "
         "pass --text-column"), proc.stderr[-3000:]

@@ -88,7 +88,7 @@ def cmd_corpus_import(args) -> int:
     domain = None if args.generic else args.domain
     try:  # the inputs and the target folder too, before Ray starts (docs/corpus.md)
         check_import(args.path, cfg.corpus.dir, domain, fmt=args.format, valid=args.valid, replace=args.replace,
-                     on_error=args.on_error)
+                     on_error=args.on_error, text_column=args.text_column)
     except CorpusImportError as err:
         print(f"slm: corpus import: {err}", file=sys.stderr)
         return 1

@@ -20,6 +20,7 @@ import json
 import math
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -88,13 +89,20 @@ def harness_perplexity(hf_dir: Path, domain: str, documents: list[str], work: Pa
             return super()._loglikelihood_tokens(requests, disable_tqdm=True, override_bs=override_bs)
 
     import datasets  # lm-eval's own dependency, so here with it
+    import lm_eval.api.task
+    from tqdm import tqdm
 
     datasets.disable_progress_bars()  # "Generating validation split" for a file of a few hundred lines
+    # lm-eval 0.4.13 builds a task's requests under a bar with no way to turn it off (one carriage-return
+    # line per document set in a log); its module's name for tqdm is the only handle.
+    lm_eval.api.task.tqdm = partial(tqdm, disable=True)
 
     jsonl = work / f"{domain}_valid.jsonl"
     jsonl.write_text("".join(json.dumps({"text": t}) + "\n" for t in documents))
+    # add_bos_token=False: the rolling loglikelihood puts <|endoftext|> (the prefix token) before each
+    # document itself; the export's tokenizer adding it too would score it as the document's first token.
     model = QuietHFLM(pretrained=str(hf_dir), dtype="float32", batch_size=batch_size, device="cpu",
-                      local_files_only=True)
+                      local_files_only=True, add_bos_token=False)
     results = simple_evaluate(model=model, tasks=[task_config(domain, jsonl)],
                               task_manager=TaskManager(verbosity="ERROR"), log_samples=False, bootstrap_iters=0)
     scores = results["results"][f"slm_{domain}_valid"]

@@ -64,9 +64,12 @@ def test_slm_export_writes_a_folder_transformers_loads_offline(run_with_model, c
     assert tok(sample, add_special_tokens=False)["input_ids"] == ours
     assert tok.decode(ours) == sample
     assert tok.eos_token == tok.bos_token == "<|endoftext|>" and tok.eos_token_id == 0
-    ids = torch.tensor([[0, *ours[:100]]])
+    # Plain transformers puts <|endoftext|> first, as every document starts in training and scoring
+    # (issue 31: it did not, and last-token logits differed by up to 0.21 from what the platform scored).
+    plain = tok(sample, return_tensors="pt", truncation=True, max_length=101)
+    assert plain["input_ids"].tolist() == [[0, *ours[:100]]]
     with torch.no_grad():
-        torch.testing.assert_close(hf(ids).logits, model(ids).logits, rtol=0, atol=1e-5)
+        torch.testing.assert_close(hf(**plain).logits, model(plain["input_ids"]).logits, rtol=0, atol=1e-5)
     modes = {f.name: f.stat().st_mode & 0o777 for f in out.iterdir()}
     assert len(set(modes.values())) == 1, modes  # the weights as readable as every other file (the umask's)
     again = slm_cli("export", str(run / "checkpoints" / "generic"), str(out), check=False)

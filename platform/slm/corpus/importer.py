@@ -58,14 +58,15 @@ ON_ERROR = ("skip", "fail")
 QUARANTINE = "quarantine"
 
 
-def input_files(path: str, fmt: str | None = None, on_error: str = "skip"
+def input_files(path: str, fmt: str | None = None, on_error: str = "skip", text_column: str = "text"
                 ) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
     """What ``slm corpus import PATH`` reads, checked before Ray starts: the files by format and the files
     passed over with why. A folder gives every supported file below it, whatever their formats (each read
     as its own); a glob its matches; a remote URI (``s3://…``) is handed to Ray Data as it is. A missing
-    path, a glob that matches nothing, a JSON array (not JSON Lines) and nothing readable fail here,
-    naming the path; a Parquet file whose footer cannot be read (truncated, not Parquet) is passed over
-    with why, or fails with ``on_error="fail"``."""
+    path, a glob that matches nothing, a JSON array (not JSON Lines), a Parquet file without a text
+    column ``text_column`` (its schema, read from the footer) and nothing readable fail here, naming the
+    path; a Parquet file whose footer cannot be read (truncated, not Parquet) is passed over with why, or
+    fails with ``on_error="fail"``."""
     if "://" in path:  # a remote file says its format by its name; a remote folder needs --format
         kind = fmt or _format_of(path.rstrip("/"))
         if kind not in ("jsonl", "parquet") and not fmt:
@@ -99,18 +100,32 @@ def input_files(path: str, fmt: str | None = None, on_error: str = "skip"
                                         f"with: jq -c '.[]' {f.name} > {f.stem}.jsonl")
         if kind == "parquet":
             try:
-                pq.read_metadata(f)
+                schema = pq.read_schema(f)
             except (pa.ArrowException, OSError) as err:
                 why = f"not a readable Parquet file (truncated or another format: {err})"
                 if on_error == "fail":
                     raise CorpusImportError(f"{f}: {why}; nothing was imported") from None
                 skipped.append((str(f), why))
                 continue
+            _check_text_column(f, schema, text_column)
         files.setdefault(kind, []).append(str(f))
     if not files:
         raise CorpusImportError(f"{path}: nothing to import ("
                                 + "; ".join(f"{Path(f).name}: {why}" for f, why in skipped[:5]) + ")")
     return files, skipped
+
+
+def _check_text_column(path: Path, schema: pa.Schema, text_column: str) -> None:
+    """A Parquet file's text column, from its schema: present, and text (the same two errors the reading
+    batches raise for a remote file, here before Ray starts)."""
+    if text_column not in schema.names:
+        raise CorpusImportError(f"{path}: no column {text_column!r} (columns: {schema.names}); pass --text-column")
+    kind = schema.field(text_column).type
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind)
+            or pa.types.is_large_binary(kind) or pa.types.is_null(kind)):
+        raise CorpusImportError(f"{path}: column {text_column!r} is {kind}, not text")
 
 
 BOM = b"\xef\xbb\xbf"
@@ -292,7 +307,7 @@ class Documents:
 def read_documents(path: str, *, fmt: str | None, on_error: str, **normalize) -> Documents:
     """``path`` read and normalized (``_normalize_batch``'s arguments in ``normalize``), its documents
     kept once each (the same normalized text is the same id, as the bundled build keeps it)."""
-    inputs, skipped = input_files(path, fmt, on_error)
+    inputs, skipped = input_files(path, fmt, on_error, normalize["text_column"])
     for name, why in skipped:
         print(f"[import] skipped {name}: {why}", flush=True)
     ds = _read_all(inputs, **normalize)
@@ -319,7 +334,8 @@ def read_documents(path: str, *, fmt: str | None, on_error: str, **normalize) ->
 
 
 def check_import(path: str, corpus_dir: str | Path, domain: str | None, *, fmt: str | None = None,
-                 valid: str | None = None, replace: bool = False, on_error: str = "skip") -> list[Path]:
+                 valid: str | None = None, replace: bool = False, on_error: str = "skip",
+                 text_column: str = "text") -> list[Path]:
     """Everything about an import that needs no Ray, checked before Ray starts (`slm corpus import` calls
     it first): the options, the domain's name, its folder (refused unless ``replace``), and the inputs
     (``input_files``: a missing path, an unsupported or empty file, a JSON array). Returns the folders
@@ -339,7 +355,7 @@ def check_import(path: str, corpus_dir: str | Path, domain: str | None, *, fmt: 
                                 "pass --replace to overwrite it")
     for given in (path, valid):
         if given:
-            input_files(given, fmt, on_error)
+            input_files(given, fmt, on_error, text_column)
     return targets
 
 
@@ -362,7 +378,8 @@ def import_corpus(
     split the documents of ``valid`` when given (those also in ``path`` leave train), else chosen by hash.
     Lines that are not records are quarantined and counted (``on_error="skip"``) or stop the import
     (``"fail"``). Written in files of at least ``shard_docs`` documents, as the bundled build's shards."""
-    targets = check_import(path, corpus_dir, domain, fmt=fmt, valid=valid, replace=replace, on_error=on_error)
+    targets = check_import(path, corpus_dir, domain, fmt=fmt, valid=valid, replace=replace, on_error=on_error,
+                           text_column=text_column)
     corpus_dir = Path(corpus_dir).expanduser()
     role = domain or GENERIC
     source = source or Path(path.rstrip("/")).name

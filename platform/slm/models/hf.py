@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
+from tokenizers.processors import TemplateProcessing
 from transformers import (
     ArceeConfig,
     ArceeForCausalLM,
@@ -76,15 +77,18 @@ def to_hf(model: GPT, bos_token_id: int | None = None, eos_token_id: int | None 
 
 
 def hf_tokenizer(tokenizer_file: str | Path, max_length: int) -> PreTrainedTokenizerFast:
-    """Our BPE file as a transformers tokenizer; no special token is added when encoding, as in packing.
-    Its one special token, id 0, separates documents (the data stages' ``<|endoftext|>``): it is read
-    from the file, so that models need nothing of the data layer."""
+    """Our BPE file as a transformers tokenizer. Its one special token, id 0, separates documents (the
+    data stages' ``<|endoftext|>``): it is read from the file, so that models need nothing of the data
+    layer. Encoding puts it first (``add_special_tokens=False`` leaves it out), because every document
+    the model trained on and every one the platform scores starts after it: plain
+    ``AutoTokenizer(text)`` feeds the model what the platform measured."""
     raw = Tokenizer.from_file(str(tokenizer_file))
     specials = [t.content for i, t in raw.get_added_tokens_decoder().items() if t.special and i == 0]
     if not specials:
         raise ValueError(f"{tokenizer_file} has no special token at id 0 (the document separator): not an slm tokenizer")
     eot = specials[0]
-    return PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_file), bos_token=eot, eos_token=eot, pad_token=eot,
+    raw.post_processor = TemplateProcessing(single=f"{eot} $A", pair=f"{eot} $A {eot} $B", special_tokens=[(eot, 0)])
+    return PreTrainedTokenizerFast(tokenizer_object=raw, bos_token=eot, eos_token=eot, pad_token=eot,
                                    model_max_length=max_length, clean_up_tokenization_spaces=False)
 
 
