@@ -495,3 +495,37 @@ def test_a_study_in_two_parts_reports_as_one(train_run, slm_cli, tmp_path):
     refused = slm_cli("report", "--tables", str(parts[0]), str(other), "--out", str(tmp_path / "refused"), check=False)
     assert refused.returncode != 0 and "['domain/legal']" in refused.stdout + refused.stderr
     assert not (tmp_path / "refused" / "results.parquet").exists()
+
+
+TRIAL_NAMES = """
+import json, sys, tempfile
+import ray
+from ray import tune
+from ray.util.state import list_actors
+from slm.tune.sweep import TrialNamedActor
+
+def trial(config, greeting):
+    tune.report({"score": config["x"]})
+trial.__mixins__ = (TrialNamedActor,)  # as slm.tune.sweep.specialize_trial has it
+
+context = ray.init(address="local", num_cpus=2, include_dashboard=True, dashboard_port=0, _temp_dir=tempfile.mkdtemp(prefix="slm-ray-"))
+tuner = tune.Tuner(tune.with_resources(tune.with_parameters(trial, greeting="hi"), {"cpu": 1}),
+                   param_space={"x": tune.grid_search([1, 2])},
+                   tune_config=tune.TuneConfig(trial_name_creator=lambda t: f"generic-d2-seed{t.config['x']}"),
+                   run_config=tune.RunConfig(storage_path=sys.argv[1], verbose=0))
+tuner.fit()
+actors = list_actors(address=f"http://{context.dashboard_url}", filters=[("class_name", "=", "ImplicitFunc")],
+                     detail=True, raise_on_missing_output=False)
+print(json.dumps(sorted(a.repr_name for a in actors)))
+"""
+
+
+@pytest.mark.ray
+def test_each_trials_actor_is_named_after_its_trial(tmp_path):
+    """Issue 31: every Tune trial's actor showed the function's name ("specialize_trial") on the dashboard's
+    Actors page; with the sweep's mixin each shows its trial's name (read back through the State API,
+    which needs the dashboard: a Ray of its own in a subprocess)."""
+    proc = subprocess.run([sys.executable, "-c", TRIAL_NAMES, str(tmp_path / "tune")], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["generic-d2-seed1", "generic-d2-seed2"]

@@ -277,6 +277,20 @@ def specialize_trial(config: dict, job: SweepJob, runs: dict[str, PretrainRun], 
     ray.tune.report(result)
 
 
+class TrialNamedActor:
+    """Mixed into Tune's function trainable (its ``__mixins__``, which ``tune.with_parameters`` keeps):
+    the trial's actor takes the trial's name as its repr, which the dashboard's Actors page and ``ray
+    list actors`` show, instead of the function's name on every trial (Tune's ``ImplicitFunc`` returns
+    its ``_name``; Ray records an actor's repr once its constructor has run)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._name = self.trial_name
+
+
+specialize_trial.__mixins__ = (TrialNamedActor,)
+
+
 def trial_key(cfg: SweepJob, t: Trial) -> str:
     """What a finished trial's row depends on: the trial and the specialization config."""
     return config_hash({"trial": asdict(t), "specialize": cfg.specialize})
