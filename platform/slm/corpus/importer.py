@@ -115,11 +115,16 @@ def input_files(path: str, fmt: str | None = None, on_error: str = "skip", text_
     return files, skipped
 
 
+def no_text_column(path: str | Path, text_column: str, columns: list[str]) -> CorpusImportError:
+    """The one error for a Parquet file without the text column, before Ray (its schema) or in the read."""
+    return CorpusImportError(f"{path}: no column {text_column!r} (columns: {columns}); pass --text-column")
+
+
 def _check_text_column(path: Path, schema: pa.Schema, text_column: str) -> None:
     """A Parquet file's text column, from its schema: present, and text (the same two errors the reading
     batches raise for a remote file, here before Ray starts)."""
     if text_column not in schema.names:
-        raise CorpusImportError(f"{path}: no column {text_column!r} (columns: {schema.names}); pass --text-column")
+        raise no_text_column(path, text_column, schema.names)
     kind = schema.field(text_column).type
     if pa.types.is_dictionary(kind):
         kind = kind.value_type
@@ -252,9 +257,7 @@ def _normalize_batch(batch: pa.Table, text_column: str, source: str, domain: str
     elif text_column in batch.column_names:
         raw_texts = batch.column(text_column).to_pylist()
     else:
-        columns = [c for c in batch.column_names if c != "path"]
-        raise CorpusImportError(f"{paths[0]}: no column {text_column!r} (columns: {columns}); "
-                           "pass --text-column")
+        raise no_text_column(paths[0], text_column, [c for c in batch.column_names if c != "path"])
     texts, first, bad, replaced, empty, where, origin = [], [], [], [], [], [], []
     for i, raw in enumerate(raw_texts):
         if raw is not None and not isinstance(raw, (str, bytes)):
