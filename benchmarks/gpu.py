@@ -1,6 +1,6 @@
 """The GPU check (issue 15): does training run on the GPU, in bf16, compiled, at a sane MFU?
 
-    python benchmarks/gpu.py [--steps 300] [--out benchmarks/results/gpu.json]
+    python benchmarks/gpu.py [--steps 300] [--only ddp,zero2] [--out benchmarks/results/gpu.json]
 
 On a machine without CUDA it prints ``{"skipped": ...}`` and exits 0. On a CUDA machine it prints one
 JSON object:
@@ -11,12 +11,20 @@ JSON object:
   precision and compile choice the worker made, and the loss at the first and last logged step;
 - ``zero2``: the same under DeepSpeed ZeRO-2;
 - ``soup_vs_dense``: in one process, a Soup-of-Experts step (n = 8 experts, the batch's h from the prior)
-  ÷ a dense step of the same model and batch, both bf16 autocast + compiled, medians of interleaved steps.
+  ÷ a dense step of the same model and batch, both bf16 autocast + compiled, medians of interleaved steps;
+- ``study_sizes``: the study's own models (``jobs/sweeps/study.yaml``: d1 and d2, a 1,024-token vocabulary,
+  32 × 256 tokens a step) timed a step at a time on the GPU, eager, in fp32 (what the study pins) and bf16
+  autocast, and what the study's pretraining steps (``benchmarks/results/study/plan.json``) would take one
+  run at a time at those rates.
+
+Each section runs on its own: one that fails records its error and the others still run, and the JSON is
+rewritten after each section (``--out``), so one call on a lent GPU returns all that worked.
 
 The data is synthetic but learnable, made here so the check needs nothing but this repository: token
 sequences from a fixed random Markov chain over the 32,768-token vocabulary with 4 successors per token
 (entropy ln 4 ≈ 1.39 nats), so the loss must fall from ln 32768 ≈ 10.4 towards 1.39. The check fails
-(exit 1, ``"ok": false``) if the parameters were not on CUDA or the loss did not fall.
+(exit 1, ``"ok": false``) if a section failed, the parameters were not on CUDA or the loss did not fall.
+Measured on an H200: docs/training.md; `benchmarks/gpu_carry.sh` packs the packages its image lacks.
 """
 
 from __future__ import annotations
@@ -59,6 +67,8 @@ def write_run(root: Path, rows: int) -> Path:
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
 
+    from slm.artifacts import write_manifest
+
     run = root / "gpu-check"
     (run / "tokenizer").mkdir(parents=True)
     Tokenizer(WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t0")).save(str(run / "tokenizer" / "tokenizer.json"))
@@ -69,6 +79,8 @@ def write_run(root: Path, rows: int) -> Path:
     table = pa.table({"tokens": pa.FixedSizeListArray.from_arrays(flat, SEQ_LEN + 1),
                       "coarse": pa.array(np.zeros(rows, np.int32)), "leaf": pa.array(np.zeros(rows, np.int32))})
     pq.write_table(table, data / "part-0.parquet")
+    write_manifest(data.parent, {"stage": "pack", "seq_len": SEQ_LEN, "sequences": rows,  # as the pack stage does
+                                 "tokens": rows * (SEQ_LEN + 1)})
     return run
 
 
@@ -133,33 +145,99 @@ def soup_vs_dense(batch: int, n_experts: int, reps: int = 20) -> dict:
             "soup_step_s": round(med["soup"], 4), "ratio": round(med["soup"] / med["dense"], 3)}
 
 
+def study_sizes(reps: int = 30) -> dict:
+    """Seconds a step of the study's d1 and d2 models on the GPU, and the study's pretraining at that rate."""
+    from slm.models import GPT, GPTConfig
+    from slm.train.hardware import autocast
+
+    device = torch.device("cuda")
+    batch, seq_len, vocab = 32, 256, 1024  # jobs/sweeps/study.yaml: pack.seq_len, pretrain batch, tokenizer
+    plan = json.loads((Path(__file__).resolve().parent / "results" / "study" / "plan.json").read_text())
+    steps_by_size: dict[str, int] = {}
+    for run in plan["runs"]:
+        steps_by_size[run["size"]] = steps_by_size.get(run["size"], 0) + int(run["steps"])
+    out: dict = {"batch": batch, "seq_len": seq_len, "vocab": vocab, "plan_steps": steps_by_size}
+    for size in sorted(steps_by_size):
+        depth = int(size.removeprefix("d"))
+        model = GPT(GPTConfig.from_depth(depth, vocab_size=vocab, seq_len=seq_len)).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+        x = torch.randint(0, vocab, (batch, seq_len), device=device)
+
+        def step(precision: str, model=model, opt=opt, x=x) -> float:
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            with autocast(precision, "cuda"):
+                loss = model(x, x).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            torch.cuda.synchronize()
+            return time.perf_counter() - t
+
+        med = interleaved({p: (lambda p=p: step(p)) for p in ("fp32", "bf16")}, reps, warmup=3)
+        out[size] = {p: {"step_s": round(v, 5), "tokens_per_s": round(batch * seq_len / v)} for p, v in med.items()}
+        out[size]["plan_minutes_fp32_one_at_a_time"] = round(steps_by_size[size] * med["fp32"] / 60, 1)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--out", default="")
+    ap.add_argument("--only", default="study_sizes,ddp,zero2,soup_vs_dense",
+                    help="the sections to run, comma-separated (default: all)")
     args = ap.parse_args()
+    only = set(args.only.split(","))
     if not torch.cuda.is_available():
         print(json.dumps({"skipped": f"no CUDA device here (torch {torch.__version__}, CUDA build "
                                      f"{torch.version.cuda}): run this check on a GPU machine"}))
         return 0
     import ray
 
-    result: dict = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "model": "slm-126m",
-                    "seq_len": SEQ_LEN, "batch": args.batch, "steps": args.steps}
-    root = Path(tempfile.mkdtemp(prefix="slm-gpu-check-"))
-    try:
-        run = write_run(root, rows=max(512, args.steps * args.batch // 4))
-        ray.init(address="local", include_dashboard=False, log_to_driver=True)
-        result["ddp"] = train_run(run, "ddp", args.steps, args.batch, ["pretrain.train.strategy=ddp"])
-        result["zero2"] = train_run(run, "zero2", args.steps, args.batch,
-                                    ["pretrain.train.strategy=deepspeed", "pretrain.train.zero_stage=2"])
-        ray.shutdown()
-        result["soup_vs_dense"] = soup_vs_dense(batch=args.batch, n_experts=8)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    checks = {f"{k}_on_cuda": result[k]["param_device"].startswith("cuda") for k in ("ddp", "zero2")}
-    checks.update({f"{k}_loss_fell": result[k]["final_loss"] < result[k]["first_loss"] - 1.0 for k in ("ddp", "zero2")})
+    result: dict = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "ray": ray.__version__,
+                    "model": "slm-126m", "seq_len": SEQ_LEN, "batch": args.batch, "steps": args.steps}
+
+    def section(name: str, fn, *a, **kw) -> None:
+        if name not in only:
+            return
+        started = time.perf_counter()
+        try:
+            result[name] = fn(*a, **kw)
+        except Exception as e:  # noqa: BLE001 - one section's failure is recorded; the others still run
+            import traceback
+
+            result[name] = {"error": f"{type(e).__name__}: {e}"[:2000],
+                            "traceback": traceback.format_exc()[-4000:]}
+        result[name]["section_s"] = round(time.perf_counter() - started, 1)
+        print(f"[gpu] {name}: {'failed' if 'error' in result[name] else 'done'} in "
+              f"{result[name]['section_s']} s", flush=True)
+        if args.out:
+            Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+    section("study_sizes", study_sizes)
+    if only & {"ddp", "zero2"}:
+        root = Path(tempfile.mkdtemp(prefix="slm-gpu-check-"))
+        try:
+            run = write_run(root, rows=max(512, args.steps * args.batch // 4))
+            ray.init(address="local", include_dashboard=False, log_to_driver=True)
+            section("ddp", train_run, run, "ddp", args.steps, args.batch, ["pretrain.train.strategy=ddp"])
+            section("zero2", train_run, run, "zero2", args.steps, args.batch,
+                    ["pretrain.train.strategy=deepspeed", "pretrain.train.zero_stage=2"])
+            ray.shutdown()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    section("soup_vs_dense", soup_vs_dense, batch=args.batch, n_experts=8)
+    checks = {}
+    for k in ("ddp", "zero2"):
+        if k in result:
+            ran = "error" not in result[k]
+            checks[f"{k}_ran"] = ran
+            checks[f"{k}_on_cuda"] = ran and result[k]["param_device"].startswith("cuda")
+            checks[f"{k}_loss_fell"] = ran and result[k]["final_loss"] < result[k]["first_loss"] - 1.0
+    for k in ("soup_vs_dense", "study_sizes"):
+        if k in result:
+            checks[f"{k}_ran"] = "error" not in result[k]
     result["checks"], result["ok"] = checks, all(checks.values())
     text = json.dumps(result, indent=2)
     print(text)

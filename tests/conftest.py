@@ -100,8 +100,8 @@ def ray_local():
 
 # Library lines that alarmed a new user in a job's log (issue 31), none of which asks anything of them:
 # without `slm -v` a data job's and a sweep's output hold none (each is fixed or quieted where it arises;
-# the core_worker line is Ray Data's at an actor pool's start: the embed and pinned stages keep theirs,
-# docs/usage.md, and the data job the tests check runs neither).
+# the core_worker line is Ray Data's at an actor pool's start: the embed stage keeps its, and so does the
+# pinned stage when it has windows to embed, docs/usage.md; the data job the tests check runs neither).
 LOG_NOISE = {
     "raylet's worker count": re.compile(r"PYTHON worker processes have been started"),
     "GCS killing an exited actor": re.compile(r"Failed to kill actor"),

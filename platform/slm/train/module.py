@@ -10,6 +10,7 @@ and its order, progress and budgets, checkpoints, callbacks.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -94,7 +95,8 @@ class TrainModule:
         # ---- parallelism, applied from outside the model
         if train.strategy == "deepspeed":
             self.strategy = DeepSpeedStrategy(model, train.optim, horizon, zero_stage=train.zero_stage,
-                                              micro_batch=train.batch_size)
+                                              micro_batch=train.batch_size, precision=precision,
+                                              device_type=device.type)
         else:
             self.strategy = DDPStrategy(model, train.optim, horizon, distributed=placement.wrap_ddp,
                                         find_unused_parameters=self.method.find_unused_parameters)
@@ -124,7 +126,10 @@ class TrainModule:
         soup's h), ``omega`` the KD weight (0: no teacher this step)."""
         tokens = self.batch(tokens)
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
-        with self.autocast():
+        # DeepSpeed's engine enters the autocast itself (UnderAutocast): an outer one would only be turned
+        # off by the engine, with a warning
+        deepspeed = isinstance(self.strategy, DeepSpeedStrategy)
+        with contextlib.nullcontext() if deepspeed else self.autocast():
             out = self.method.forward(self.strategy.model, inputs, targets, self.batch(coarse), context)
         loss, kd = out.loss, None
         if omega > 0:  # KD in float32 on the bf16 logits (distillation_loss casts)
