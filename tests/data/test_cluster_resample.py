@@ -177,6 +177,19 @@ def test_resampling_is_deterministic(resampled, clusters, tmp_path):
     assert ids(tmp_path / "again") == ids(root / "legal" / "crisp")
 
 
+def test_a_complete_resample_is_skipped_until_an_input_or_setting_changes(clusters, tmp_path, capsys):
+    out, _ = clusters
+    h = domain_histograms(out, 0.5)
+    first = resample(out, h, "legal", 30000, "crisp", tmp_path / "r")
+    written = {f: f.stat().st_mtime_ns for f in (tmp_path / "r").rglob("*")}
+    capsys.readouterr()
+    assert resample(out, h, "legal", 30000, "crisp", tmp_path / "r") == first
+    assert "complete and current" in capsys.readouterr().out
+    assert {f: f.stat().st_mtime_ns for f in (tmp_path / "r").rglob("*")} == written  # nothing rewritten
+    other = resample(out, h, "legal", 30000, "crisp", tmp_path / "r", seed=1)  # another draw
+    assert other["seed"] == 1 and other["config_hash"] != first["config_hash"]
+
+
 def test_bad_resample_requests(clusters):
     out, _ = clusters
     h = domain_histograms(out, 0.5)
@@ -261,3 +274,8 @@ def test_pack_conserves_tokens_and_keeps_cluster_ids(bpe, resampled, tmp_path):
     assert len(arrays) == table.num_rows and tokens.shape == (8, seq_len + 1) and coarse.shape == (8,)
     assert int(tokens.max()) < 1024 and sorted(np.unique(arrays.coarse).tolist()) == sorted(
         set(table.column("coarse").to_pylist()))
+    # complete and current: a rerun reads nothing and rewrites nothing; another sequence length repacks
+    written = {f: f.stat().st_mtime_ns for f in (tmp_path / "packed" / "data").iterdir()}
+    assert pack(source, tok_dir / "tokenizer.json", seq_len, tmp_path / "packed") == manifest
+    assert {f: f.stat().st_mtime_ns for f in (tmp_path / "packed" / "data").iterdir()} == written
+    assert pack(source, tok_dir / "tokenizer.json", 32, tmp_path / "packed")["seq_len"] == 32

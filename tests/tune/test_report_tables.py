@@ -56,6 +56,19 @@ def test_parts_of_other_data_are_refused_naming_the_set(tmp_path):
     assert not (tmp_path / "out" / "results.parquet").exists()
 
 
+def test_parts_that_train_on_different_sets_combine_where_the_sets_they_share_agree(tmp_path):
+    """The parts of one seed (jobs/study/parts.yaml) train on different sets — SLM-is on a resampled set, the
+    generic model on all of generic — so each plan's fingerprint is its own; what must agree is every set
+    two parts both used. The combined plan records each set once."""
+    a = part(tmp_path, "seed0", {0})
+    own = {"sets": {"resampled/legal/crisp": "d4", "domain/legal": "b2", "valid/legal": "c3"}}
+    b = part(tmp_path, "seed12", {1, 2}, data=own)
+    report_tables([a, b], tmp_path / "out")
+    combined = json.loads((tmp_path / "out" / "plan.json").read_text())["data"]
+    assert combined["sets"] == {**DATA["sets"], **own["sets"]}
+    assert combined["fingerprint"] not in (json.dumps(DATA["sets"], sort_keys=True), json.dumps(own["sets"], sort_keys=True))
+
+
 def test_a_missing_trial_is_named_and_makes_its_comparisons_inconclusive(tmp_path):
     plan = json.loads((SOURCE / "plan.json").read_text())
     lost = next(t["name"] for t in plan["trials"] if t["seed"] == 1)

@@ -21,7 +21,8 @@ import pyarrow as pa
 import ray.data
 from ray.data.expressions import col
 
-from slm.artifacts import atomic_path, write_manifest
+from slm.artifacts import atomic_path, file_sha256, input_digests, is_complete, read_manifest, write_manifest
+from slm.config import config_hash
 from slm.data import tokenizers
 from slm.data.bpe import EOT
 from slm.data.execution import reproducible_execution
@@ -85,6 +86,12 @@ def pack(windows_path: str | Path | list[str], tokenizer_json: str | Path, seq_l
     """Pack the windows under ``windows_path`` (assignments or a resampled set; or raw corpus files,
     whose sequences get cluster ids −1) into ``out``; ``domain`` keeps only that domain's windows."""
     started = time.perf_counter()
+    sources = windows_path if isinstance(windows_path, list) else [windows_path]
+    key = config_hash({"inputs": input_digests(sources), "tokenizer": file_sha256(tokenizer_json),
+                       "seq_len": seq_len, "domain": domain})
+    if is_complete(out, key):
+        print(f"[pack] {out} is complete and current", flush=True)
+        return read_manifest(out)
     ds = ray.data.read_parquet(windows_path if isinstance(windows_path, list) else str(windows_path))
     if "coarse" not in ds.schema().names:
         # Raw corpus documents (a valid split): no cluster ids, so one group per domain.
@@ -100,7 +107,7 @@ def pack(windows_path: str | Path | list[str], tokenizer_json: str | Path, seq_l
     rows = stats.count()
     if rows == 0:
         raise ValueError(f"pack: no sequence of {seq_len + 1} tokens could be made from {windows_path}")
-    return write_manifest(out, {"stage": "pack", "input": str(windows_path), "domain": domain,
+    return write_manifest(out, {"stage": "pack", "config_hash": key, "input": str(windows_path), "domain": domain,
                                 "tokenizer": str(tokenizer_json),
                                 "seq_len": seq_len, "sequences": rows, "tokens": rows * (seq_len + 1),
                                 "seconds": round(time.perf_counter() - started, 1)})

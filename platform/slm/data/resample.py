@@ -30,8 +30,8 @@ import pyarrow.parquet as pq
 import ray.data
 from ray.data.expressions import col
 
-from slm.artifacts import atomic_path, write_manifest
-from slm.config import ConfigError
+from slm.artifacts import atomic_path, input_digests, is_complete, read_manifest, write_manifest
+from slm.config import ConfigError, config_hash
 from slm.corpus.documents import hash_seed
 from slm.corpus.layout import corpus_files, domain_dir
 from slm.data import dsir
@@ -40,6 +40,7 @@ from slm.data.config import EmbedConfig
 from slm.data.embed import corpus_windows
 from slm.data.execution import reproducible_execution
 from slm.data.histogram import GENERIC, counts_by_leaf, kl, smoothed
+from slm.data.pinned import windowing
 
 ROWS_PER_BLOCK = 4096
 
@@ -175,6 +176,16 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
                          f"domain), then run the cluster and histogram stages again")
 
     started = time.perf_counter()
+    # Its inputs: the assignments drawn from, the histograms aimed at, the corpus DSIR reads (its manifest
+    # records every shard's SHA-256), and every setting of the draw.
+    corpus_manifest = Path(corpus_dir).expanduser() / "manifest.json" if corpus_dir else None
+    key = config_hash({"assignments": input_digests([Path(cluster_dir) / "assignments"]), "histograms": histograms,
+                       "domain": domain, "tokens": tokens, "method": method, "seed": seed,
+                       "corpus": input_digests([corpus_manifest]) if corpus_manifest and corpus_manifest.exists() else None,
+                       "windowing": windowing(embed) if embed else None, "dsir_min_words": dsir_min_words})
+    if is_complete(out, key):
+        print(f"[resample] {out} is complete and current", flush=True)
+        return read_manifest(out)
     sizes = load_sizes(cluster_dir)
     leaves = histograms["leaves"]
     n_c = counts_by_leaf(sizes, GENERIC, leaves)
@@ -208,7 +219,7 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
     p_drawn = drawn_windows / drawn_windows.sum()
     support = n_c > 0
     manifest = write_manifest(out, {
-        "stage": "resample", "domain": domain, "method": method, "seed": seed,
+        "stage": "resample", "config_hash": key, "domain": domain, "method": method, "seed": seed,
         "tokens_target": tokens, "tokens_drawn": drawn_tokens, "windows_drawn": int(drawn_windows.sum()) + unplaced,
         # The histograms below count the drawn windows that have a leaf (all but DSIR's unembedded picks).
         "windows_drawn_unplaced": unplaced,

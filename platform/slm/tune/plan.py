@@ -100,7 +100,7 @@ class Estimate:
 @dataclass(frozen=True)
 class DataFingerprint:
     """The digest of every packed set a sweep trained or evaluated on, and one over all of them: the
-    report combines only sweeps with the same fingerprint."""
+    report combines sweeps only where the sets they share have the same digests."""
 
     sets: dict[str, str]
     fingerprint: str

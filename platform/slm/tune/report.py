@@ -30,9 +30,10 @@ import numpy as np
 
 from slm import methods
 from slm.artifacts import atomic_path, atomic_write_json, atomic_write_text
+from slm.config import config_hash
 from slm.tune.claims import Design, write_claims
 from slm.tune.page import page
-from slm.tune.plan import Plan
+from slm.tune.plan import DataFingerprint, Plan
 from slm.tune.results import (
     aggregate,
     difference,
@@ -216,25 +217,37 @@ def sweep_folders(paths: list[str | Path]) -> list[Path]:
     return list(dict.fromkeys(folders))
 
 
+def union_of_sets(plans: dict[Path, Plan]) -> DataFingerprint:
+    """Every packed set the sweeps trained or evaluated on, with its one digest; ``CombineError`` naming the
+    folders and sets where two sweeps recorded one set with different digests."""
+    first: dict[str, tuple[str, Path]] = {}
+    differ: dict[tuple[Path, Path], list[str]] = {}
+    for folder, p in plans.items():
+        for name, digest in sorted(p.data.sets.items()):
+            seen = first.setdefault(name, (digest, folder))
+            if seen[0] != digest:
+                differ.setdefault((folder, seen[1]), []).append(name)
+    if differ:
+        raise CombineError("these sweeps trained or evaluated on different data, so their tables are not one study: "
+                           + "; ".join(f"{f} differs from {g} in {sets}" for (f, g), sets in differ.items())
+                           + " (same pinned clusters, corpus and tokenizer give the same packed sets)")
+    sets = {name: digest for name, (digest, _) in sorted(first.items())}
+    return DataFingerprint(sets, config_hash(sorted(sets.items())))
+
+
 def combine(folders: list[Path], plan: Plan | None = None) -> tuple[list[dict], Plan, list[dict], list[str]]:
     """Several sweeps' tables as one: their trials, the plan they answer (``plan``, the whole design's,
     or the union of theirs), their curves, and the planned trials none of them has, by name. Refused
-    (``CombineError``, naming the folders and what differs) when they trained on different data (their
-    plans' data fingerprints), disagree on the small or large model, or share a trial."""
+    (``CombineError``, naming the folders and what differs) when they trained on different data (a packed
+    set two plans both record with different digests: the parts of one seed train on different sets, so
+    each set is compared, not the plans' fingerprints), disagree on the small or large model, or share a
+    trial."""
     plans = {f: read_plan(f) for f in folders}
-    prints = {f: p.data.fingerprint if p.data else None for f, p in plans.items()}
-    unknown = [str(f) for f, fp in prints.items() if fp is None]
+    unknown = [str(f) for f, p in plans.items() if p.data is None]
     if len(folders) > 1 and unknown:
         raise CombineError(f"no data fingerprint in the plan of {unknown}: a sweep run before tables could be combined; "
                            "rerun it (finished runs and trials are kept) to record one")
-    if len(set(prints.values())) > 1:
-        first = folders[0]
-        differ = {str(f): sorted(k for k in set(plans[f].data.sets) | set(plans[first].data.sets)
-                                 if plans[f].data.sets.get(k) != plans[first].data.sets.get(k))
-                  for f in folders[1:] if prints[f] != prints[first]}
-        raise CombineError("these sweeps trained or evaluated on different data, so their tables are not one study: "
-                           + "; ".join(f"{f} differs from {first} in {sets}" for f, sets in differ.items())
-                           + " (same pinned clusters, corpus and tokenizer give the same packed sets)")
+    data = union_of_sets(plans) if not unknown else None
     for key in ("small", "large"):
         values = {getattr(p, key) for p in plans.values()} | ({getattr(plan, key)} if plan else set())
         if len(values) > 1:
@@ -255,7 +268,7 @@ def combine(folders: list[Path], plan: Plan | None = None) -> tuple[list[dict], 
                        trials=tuple({t.name: t for p in plans.values() for t in p.trials}.values()),
                        sizes={k: v for p in plans.values() for k, v in p.sizes.items()})
     # A design planned before its data was made (`--dry-run`) has no histograms: the parts measured them.
-    plan = replace(plan, histogram_entropy=plan.histogram_entropy or entropies, data=plans[folders[0]].data,
+    plan = replace(plan, histogram_entropy=plan.histogram_entropy or entropies, data=data or plans[folders[0]].data,
                    parts=tuple(str(f) for f in folders))
     curves = [c for f in folders for c in read_curves(f)]
     missing = sorted(t.name for t in plan.trials if t.name not in seen)
