@@ -88,3 +88,15 @@ def test_a_trial_in_two_parts_is_refused(tmp_path):
     with pytest.raises(CombineError, match="is in both"):
         report_tables([a, b], tmp_path / "out")
     assert pq.read_table(a / "results.parquet").num_rows > 0
+
+
+def test_a_part_with_slm_is_for_one_domain_only_reports(tmp_path):
+    """Study part c (committed: SLM-is for code, the soup for every domain) has no SLM-is trial for legal
+    or medical: those comparisons of C1 are untested, not a crash (its report stage crashed before)."""
+    study = Path(__file__).parents[2] / "benchmarks" / "results" / "study" / "seed0-c"
+    folder = tmp_path / "seed0-c"
+    folder.mkdir()
+    for name in ("results.parquet", "results.csv", "curves.parquet", "plan.json"):
+        (folder / name).write_bytes((study / name).read_bytes())
+    report(folder, tmp_path / "report")
+    assert "legal, 25 steps: the plan has no SLM-is trial" in (tmp_path / "report" / "claims.md").read_text()
