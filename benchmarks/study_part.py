@@ -54,19 +54,26 @@ def main() -> None:
                             cwd=ROOT).stdout
     run_dir = ROOT / _value(config, "root", "run") / _value(config, "name", "run")
     started = time.time()
-    subprocess.run([slm, "run", str(SPEC), *overrides], check=True, cwd=ROOT, env=os.environ)
+    rc = subprocess.run([slm, "run", str(SPEC), *overrides], cwd=ROOT, env=os.environ).returncode
     wall = time.time() - started
     sweep = run_dir / "sweeps" / name
+    if rc and not (sweep / "results.parquet").exists():
+        raise SystemExit(f"slm run exited {rc} before the sweep wrote its table: nothing to commit (rerun: it resumes)")
     out = Path(args.out) / name.removeprefix("study-")  # seed0, or seed0-a for a part
     out.mkdir(parents=True, exist_ok=True)
     for table in TABLES:
         shutil.copy2(sweep / table, out / table)
-    for text in ("summary.md", "claims.md"):
-        shutil.copy2(sweep / "report" / text, out / text)
+    # The part's own report is a convenience (the combined one is the study's): if it failed, the tables
+    # the sweep wrote are still the part's result, and part.json says the report did not run.
+    report_written = all((sweep / "report" / text).exists() for text in ("summary.md", "claims.md"))
+    if not rc and report_written:
+        for text in ("summary.md", "claims.md"):
+            shutil.copy2(sweep / "report" / text, out / text)
     plan = json.loads((sweep / "plan.json").read_text())
     flags = sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
     part = {"part": name, "seed": args.seed, "runs": [r["name"] for r in plan["runs"]], "trials": len(plan["trials"]),
             "overrides": overrides, "wall_s": round(wall, 1),
+            "report": "written" if not rc and report_written else f"failed: slm run exited {rc} after the sweep",
             "stages_s": {k: v["seconds"] for k, v in json.loads((run_dir / "stage_resources.json").read_text()).items()},
             "flops": plan["estimate"]["total_flops"], "data_fingerprint": plan["data"]["fingerprint"],
             "machine": {"cpu": cpu_model(), "flags": flags, "cores": os.cpu_count()},
