@@ -147,12 +147,15 @@ def soup_vs_dense(batch: int, n_experts: int, reps: int = 20) -> dict:
 
 def study_sizes(reps: int = 30) -> dict:
     """Seconds a step of the study's d1 and d2 models on the GPU, and the study's pretraining at that rate."""
+    from slm.job import load_job
     from slm.models import GPT, GPTConfig
     from slm.train.hardware import autocast
 
     device = torch.device("cuda")
-    batch, seq_len, vocab = 32, 256, 1024  # jobs/sweeps/study.yaml: pack.seq_len, pretrain batch, tokenizer
-    plan = json.loads((Path(__file__).resolve().parent / "results" / "study" / "plan.json").read_text())
+    here = Path(__file__).resolve().parent
+    study = load_job(here.parent / "jobs" / "sweeps" / "study.yaml", [])
+    batch, seq_len, vocab = study.pretrain.train.batch_size, study.pack.seq_len, study.tokenizer.vocab_size
+    plan = json.loads((here / "results" / "study" / "plan.json").read_text())
     steps_by_size: dict[str, int] = {}
     for run in plan["runs"]:
         steps_by_size[run["size"]] = steps_by_size.get(run["size"], 0) + int(run["steps"])

@@ -96,14 +96,11 @@ def describe_files(folder: str | Path, under: tuple[str, ...] = ("",)) -> dict[s
     return out
 
 
-def input_digests(paths: list[str | Path]) -> dict[str, Any]:
-    """What a stage read, for its manifest's key: each file's SHA-256, each folder's files (``describe_files``);
-    a stage whose inputs and settings hash to its manifest's key is complete and current."""
-    out: dict[str, Any] = {}
-    for path in map(Path, paths):
-        out[path.name if len(paths) == 1 else str(path)] = (
-            describe_files(path) if path.is_dir() else file_sha256(path))
-    return out
+def input_digests(paths: list[str | Path]) -> list[Any]:
+    """What a stage read, for its manifest's key, in order: each file's SHA-256, each folder's files
+    (``describe_files``); not where they lie, so a moved run folder stays current. A stage whose inputs and
+    settings hash to its manifest's key is complete and current."""
+    return [describe_files(path) if path.is_dir() else file_sha256(path) for path in map(Path, paths)]
 
 
 class ArtifactError(ValueError):

@@ -180,10 +180,14 @@ def _look_up(batch: pa.Table, known: dict[bytes, tuple[int, int]]) -> pa.Table:
             .append_column("pinned", pa.array([f is not None for f in found], pa.bool_())))
 
 
+def _assigned(batch: pa.Table, coarse: np.ndarray, leaf: np.ndarray) -> pa.Table:
+    """The stage's output rows: the windows with their clusters and whether the file held them."""
+    return with_clusters(batch, coarse, leaf).append_column("pinned", batch.column("pinned"))
+
+
 def _all_pinned(batch: pa.Table) -> pa.Table:
     """A plain task when the file holds every window: no actor, embedder or progress counter to start."""
-    coarse, leaf = (batch.column(c).to_numpy(zero_copy_only=False) for c in ("coarse", "leaf"))
-    return with_clusters(batch, coarse, leaf).append_column("pinned", batch.column("pinned"))
+    return _assigned(batch, *(batch.column(c).to_numpy(zero_copy_only=False) for c in ("coarse", "leaf")))
 
 
 class MissingAssigner:
@@ -207,8 +211,7 @@ class MissingAssigner:
             coarse[rows], leaf[rows] = assign(vectors, self.coarse, self.fine)
             if self.progress is not None:
                 report(self.progress, len(rows))
-        out = with_clusters(batch, coarse, leaf)
-        return out.append_column("pinned", batch.column("pinned"))
+        return _assigned(batch, coarse, leaf)
 
 
 @reproducible_execution()

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 from slm import methods
-from slm.config import ConfigError
+from slm.config import ConfigError, config_hash
 from slm.tune.config import SweepConfig
 
 
@@ -104,6 +104,11 @@ class DataFingerprint:
 
     sets: dict[str, str]
     fingerprint: str
+
+    @classmethod
+    def of(cls, sets: dict[str, str]) -> DataFingerprint:
+        ordered = dict(sorted(sets.items()))
+        return cls(ordered, config_hash(list(ordered.items())))
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,6 @@ import numpy as np
 
 from slm import methods
 from slm.artifacts import atomic_path, atomic_write_json, atomic_write_text
-from slm.config import config_hash
 from slm.tune.claims import Design, write_claims
 from slm.tune.page import page
 from slm.tune.plan import DataFingerprint, Plan
@@ -231,8 +230,7 @@ def union_of_sets(plans: dict[Path, Plan]) -> DataFingerprint:
         raise CombineError("these sweeps trained or evaluated on different data, so their tables are not one study: "
                            + "; ".join(f"{f} differs from {g} in {sets}" for (f, g), sets in differ.items())
                            + " (same pinned clusters, corpus and tokenizer give the same packed sets)")
-    sets = {name: digest for name, (digest, _) in sorted(first.items())}
-    return DataFingerprint(sets, config_hash(sorted(sets.items())))
+    return DataFingerprint.of({name: digest for name, (digest, _) in first.items()})
 
 
 def combine(folders: list[Path], plan: Plan | None = None) -> tuple[list[dict], Plan, list[dict], list[str]]:

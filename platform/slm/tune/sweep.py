@@ -159,7 +159,7 @@ def data_digests(cfg: SweepJob, p: Plan) -> DataFingerprint:
     sets |= {f"domain/{d}" for d in domains}
     sets = {name: arrays_digest(packed_arrays(RunLayout.of(cfg), name)) for name in sorted(sets)}
     sets |= {f"valid/{d}": arrays_digest(path) for d, path in valid_arrays(RunLayout.of(cfg), list(cfg.corpus.domains)).items()}
-    return DataFingerprint(dict(sorted(sets.items())), config_hash(sorted(sets.items())))
+    return DataFingerprint.of(sets)
 
 
 def histogram_entropy(layout: RunLayout, domains: list[str]) -> dict[str, float]:
