@@ -65,15 +65,15 @@ def main() -> None:
         shutil.copy2(sweep / table, out / table)
     # The part's own report is a convenience (the combined one is the study's): if it failed, the tables
     # the sweep wrote are still the part's result, and part.json says the report did not run.
-    report_written = all((sweep / "report" / text).exists() for text in ("summary.md", "claims.md"))
-    if not rc and report_written:
+    report_written = not rc and all((sweep / "report" / text).exists() for text in ("summary.md", "claims.md"))
+    if report_written:
         for text in ("summary.md", "claims.md"):
             shutil.copy2(sweep / "report" / text, out / text)
     plan = json.loads((sweep / "plan.json").read_text())
     flags = sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
     part = {"part": name, "seed": args.seed, "runs": [r["name"] for r in plan["runs"]], "trials": len(plan["trials"]),
             "overrides": overrides, "wall_s": round(wall, 1),
-            "report": "written" if not rc and report_written else f"failed: slm run exited {rc} after the sweep",
+            "report": "written" if report_written else f"failed: slm run exited {rc} after the sweep",
             "stages_s": {k: v["seconds"] for k, v in json.loads((run_dir / "stage_resources.json").read_text()).items()},
             "flops": plan["estimate"]["total_flops"], "data_fingerprint": plan["data"]["fingerprint"],
             "machine": {"cpu": cpu_model(), "flags": flags, "cores": os.cpu_count()},
