@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-SATURATED = 0.01  # relative change of the valid loss over the last doubling
 
 
 def main() -> None:
@@ -54,6 +53,7 @@ def main() -> None:
     from slm.data.pack import pack
     from slm.job import load_job
     from slm.pipeline import STAGES
+    from slm.tune.report import SATURATED  # the relative change over the last doubling
 
     run_dir = Path(args.run_dir).resolve()
     common = [f"run.root={run_dir.parent}", f"run.name={run_dir.name}", f"corpus.dir={args.corpus}",

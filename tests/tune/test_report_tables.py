@@ -15,6 +15,7 @@ from slm.tune.report import CombineError, report, report_tables
 from slm.tune.results import read_table, write_curve_rows, write_table
 
 SOURCE = Path(__file__).parents[2] / "benchmarks" / "results" / "quickstart_issue28"
+RESULTS_STUDY = SOURCE.parent / "study"
 DATA = {"sets": {"generic": "a1", "domain/legal": "b2", "valid/legal": "c3"}}
 
 
@@ -93,7 +94,7 @@ def test_a_trial_in_two_parts_is_refused(tmp_path):
 def test_a_part_with_slm_is_for_one_domain_only_reports(tmp_path):
     """Study part c (committed: SLM-is for code, the soup for every domain) has no SLM-is trial for legal
     or medical: those comparisons of C1 are untested, not a crash (its report stage crashed before)."""
-    study = Path(__file__).parents[2] / "benchmarks" / "results" / "study" / "seed0-c"
+    study = RESULTS_STUDY / "seed0-c"
     folder = tmp_path / "seed0-c"
     folder.mkdir()
     for name in ("results.parquet", "results.csv", "curves.parquet", "plan.json"):

@@ -41,6 +41,8 @@ FIGURES = {  # what each of report.py's plots shows, in the order a reader wants
     "specialize_cost.png": "Against the cost per domain: specialization, plus SLM-is's domain-specific pretraining.",
     "inference_size.png": "Against the total cost for one domain, a panel per served model size.",
     "domain_tokens.png": "Against the total cost for one domain, a panel per in-domain data size.",
+    "pretrain_curves.png": "Each pretraining run's macro valid loss against its steps (its seeds as lines): where "
+                           "the generic model saturates, and how SALT's run compares with its baseline's.",
 }
 
 

@@ -13,7 +13,10 @@ black and not joined, the points that no front point costing no more beats at 95
 - ``specialize_cost.png``: vs per-domain FLOPs (specialization, plus SLM-is's pretraining);
 - ``inference_size.png``: vs total FLOPs for one domain, a panel per served model size (only when the
   sweep has more than one);
-- ``domain_tokens.png``: vs total FLOPs for one domain, a panel per in-domain data size.
+- ``domain_tokens.png``: vs total FLOPs for one domain, a panel per in-domain data size;
+- ``pretrain_curves.png``: each pretraining run's macro valid loss against its steps, a panel per run (its
+  seeds as lines), from the sweep's ``curves.parquet``; ``summary.md`` says whether the generic model of
+  the small size saturated (``saturation``).
 
 Beside them: ``summary.md``, ``claims.md`` (``slm.tune.claims``) and ``report.html`` (``slm.tune.page``:
 all of it, with the advice at the sweep's budgets, in one offline page).
@@ -22,6 +25,7 @@ all of it, with the advice at the sweep's budgets, in one offline page).
 from __future__ import annotations
 
 import json
+import math
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -46,6 +50,8 @@ from slm.tune.results import (
     write_table,
 )
 from slm.tune.stats import separable
+
+SATURATED = 0.01  # the study's bar: the valid loss changes by < 1% over the last doubling (docs/results.md)
 
 
 def pareto(rows: list[dict], cost: str, quality: str = "perplexity") -> list[dict]:
@@ -166,6 +172,66 @@ def _figure(path: Path, grid: list[list[tuple[str, list[dict]]]], cost, xlabel: 
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
+
+
+def run_family(name: str, seed: int | None) -> str:
+    """A pretraining run's name without its seed: ``generic-d1-seed0`` → ``generic-d1``."""
+    return name.removesuffix(f"-seed{seed}") if seed is not None else name
+
+
+def _curves_figure(path: Path, curves: list[dict]) -> None:
+    """``pretrain_curves.png``: a panel per pretraining run (seeds as lines, one loss scale per panel: runs
+    of different sizes and data differ by more than their curves' tails)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    families: dict[str, dict[int | None, list[dict]]] = {}
+    for point in curves:
+        families.setdefault(run_family(point["run"], point["seed"]), {}).setdefault(point["seed"], []).append(point)
+    n_cols = min(3, len(families))
+    n_rows = -(-len(families) // n_cols)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.2 * n_cols, 3.2 * n_rows + 0.4), squeeze=False,
+                             layout="constrained")
+    for k, (family, by_seed) in enumerate(sorted(families.items())):
+        ax = axes[k // n_cols][k % n_cols]
+        for seed, points in sorted(by_seed.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+            points = sorted(points, key=lambda p: p["step"])
+            ax.plot([p["step"] for p in points], [p["loss"] for p in points], marker=".", markersize=4,
+                    label="one run" if seed is None else f"seed {seed}")
+        ax.set_title(family, fontsize=9)
+        ax.set_xlabel("pretraining steps")
+        ax.set_ylabel("macro valid loss (nats/token)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for k in range(len(families), n_rows * n_cols):
+        axes[k // n_cols][k % n_cols].set_visible(False)
+    fig.suptitle("Pretraining: the macro valid loss (mean over the valid domains of the model each is served by) "
+                 "at each evaluation", fontsize=8, x=0.01, horizontalalignment="left")
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
+def saturation(curves: list[dict], small: str) -> list[dict]:
+    """Whether the generic model of the small size saturated (the crossovers of C1-C3 need it): for each
+    of its runs, the macro valid loss at its last evaluation and at half those steps, the relative change
+    over that last doubling, and whether it is under ``SATURATED`` (``None`` when the run has no
+    evaluation at half its steps)."""
+    runs: dict[str, dict[int, dict]] = {}
+    for point in curves:
+        if point["method"] == "generic" and point["size"] == small:
+            runs.setdefault(point["run"], {})[point["step"]] = point
+    rows = []
+    for name, points in sorted(runs.items()):
+        last = max(points)
+        half = points.get(last // 2)
+        change = (points[last]["loss"] - half["loss"]) / half["loss"] if half else None
+        rows.append({"run": name, "seed": points[last]["seed"], "steps": last, "loss": points[last]["loss"],
+                     "half_steps": last // 2, "half_loss": half["loss"] if half else None, "change": change,
+                     "saturated": None if change is None or not math.isfinite(change) else abs(change) < SATURATED})
+    return rows
 
 
 def served_size(rows: list[dict], size: str) -> str:
@@ -318,11 +384,16 @@ def report(sweep: str | Path, out: str | Path | None = None) -> dict:
             [[(f"{d}: {t:,} in-domain tokens", [r for r in by_domain[d] if r["domain_tokens"] == t])
               for t in sorted({r["domain_tokens"] for r in rows})] for d in domains],
             total_flops, "total FLOPs for one domain")
-    plots = sorted(p.name for p in out.glob("*.png"))
-    summary = markdown(rows, trials=sum(finite(t["perplexity"]) for t in trials), plots=plots)
-    atomic_write_text(out / "summary.md", summary)
     plan = read_plan(sweep)
-    claims = write_claims(trials, Design.of(plan), out, read_curves(sweep))
+    curves = read_curves(sweep)
+    (out / "pretrain_curves.png").unlink(missing_ok=True)
+    if curves:
+        _curves_figure(out / "pretrain_curves.png", curves)
+    plots = sorted(p.name for p in out.glob("*.png"))
+    summary = markdown(rows, trials=sum(finite(t["perplexity"]) for t in trials), plots=plots,
+                       saturated=saturation(curves, plan.small))
+    atomic_write_text(out / "summary.md", summary)
+    claims = write_claims(trials, Design.of(plan), out, curves)
     for r in rows:
         r["_total"] = total_flops(r)
     measured = {t["trial"] for t in trials if finite(t["perplexity"])}
@@ -333,9 +404,10 @@ def report(sweep: str | Path, out: str | Path | None = None) -> dict:
             "claims": {c.id: c.verdict for c in claims}}
 
 
-def markdown(rows: list[dict], trials: int, plots: list[str] = ()) -> str:
+def markdown(rows: list[dict], trials: int, plots: list[str] = (), saturated: list[dict] = ()) -> str:
     """summary.md: the best setting per method, the Pareto front and what is within noise of it; methods by
-    the papers' names (as the plots say them) with the config name beside; ``plots``: the figures written."""
+    the papers' names (as the plots say them) with the config name beside; ``plots``: the figures written;
+    ``saturated``: the generic model's saturation (``saturation``), when the sweep logged its curves."""
     seeds = max(r["n"] for r in rows)
     lines = ["# Sweep summary", "",
              f"{trials} specialized models: {len(rows)} settings, up to {seeds} seed(s) each. Perplexity is the mean "
@@ -358,6 +430,16 @@ def markdown(rows: list[dict], trials: int, plots: list[str] = ()) -> str:
         lines += ["", "Not separable from the front (no front point that costs no more beats them at 95%, Welch's t):",
                   "", "| setting | total FLOPs | ppl |", "|---|---|---|"]
         lines += [f"| {r['trial']} | {r['_total']:.3g} | {ppl(r)} |" for r in near]
+    if saturated:
+        lines += ["", f"The generic model's saturation (its macro valid loss over the last doubling of its pretraining; "
+                  f"saturated: a change under {SATURATED:.0%}):", "",
+                  "| run | steps | loss at half | loss | change | saturated |", "|---|---|---|---|---|---|"]
+        for s in saturated:
+            half = f"{s['half_loss']:.4f} ({s['half_steps']:,})" if s["half_loss"] is not None else \
+                f"not evaluated at {s['half_steps']:,}"
+            change = f"{s['change']:+.2%}" if s["change"] is not None else "unknown"
+            verdict = {True: "yes", False: "**no**", None: "unknown"}[s["saturated"]]
+            lines.append(f"| {s['run']} | {s['steps']:,} | {half} | {s['loss']:.4f} | {change} | {verdict} |")
     if plots:
         lines += ["", "Plots: " + ", ".join(f"`{name}`" for name in plots) + "."]
     return "\n".join(lines) + "\n"
