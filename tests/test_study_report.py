@@ -3,8 +3,8 @@
     slm report --tables benchmarks/results/study --plan benchmarks/results/study/plan.json \
         --out benchmarks/results/study_report
 
-regenerated here into a temporary folder from benchmarks/results/study/, its table, claims, summary and
-plots are byte for byte the committed ones."""
+regenerated here into a temporary folder from benchmarks/results/study/, its tables (results and curves),
+claims, summary and plots are byte for byte the committed ones."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from slm.tune.report import report_tables
 
 RESULTS = Path(__file__).parents[1] / "benchmarks" / "results"
 STUDY, REPORT = RESULTS / "study", RESULTS / "study_report"
-COMPARED = ("results.csv", "plan.json", "report/claims.md", "report/summary.md", "report/pretrain_cost.png",
-            "report/specialize_cost.png", "report/domain_tokens.png", "report/inference_size.png")
+COMPARED = ("results.csv", "curves.parquet", "plan.json", "report/claims.md", "report/summary.md",
+            "report/pretrain_cost.png", "report/specialize_cost.png", "report/domain_tokens.png",
+            "report/inference_size.png", "report/pretrain_curves.png")
 
 
 @pytest.mark.skipif(not REPORT.exists(), reason="the study's combined report is not committed yet: its parts are "
