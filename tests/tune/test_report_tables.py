@@ -101,3 +101,14 @@ def test_a_part_with_slm_is_for_one_domain_only_reports(tmp_path):
         (folder / name).write_bytes((study / name).read_bytes())
     report(folder, tmp_path / "report")
     assert "legal, 25 steps: the plan has no SLM-is trial" in (tmp_path / "report" / "claims.md").read_text()
+
+
+def test_the_combined_plan_names_its_parts_the_same_from_any_path(tmp_path, monkeypatch):
+    """The committed study report is regenerated from an absolute path in tests and a relative one by hand."""
+    part(tmp_path / "parts", "seed0", {0}), part(tmp_path / "parts", "seed12", {1, 2})
+    report_tables([tmp_path / "parts"], tmp_path / "absolute")
+    monkeypatch.chdir(tmp_path)
+    report_tables(["parts"], "relative")
+    written = (tmp_path / "absolute" / "plan.json").read_bytes()
+    assert written == (tmp_path / "relative" / "plan.json").read_bytes()
+    assert json.loads(written)["parts"] == ["seed0", "seed12"]

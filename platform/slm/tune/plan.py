@@ -121,7 +121,8 @@ class Plan:
     histogram_entropy: dict[str, float] = field(default_factory=dict)  # C2 is read beside it
     estimate: Estimate | None = None
     data: DataFingerprint | None = None  # set when a sweep runs it
-    parts: tuple[str, ...] = ()  # a study combined from several sweeps (`slm report --tables`): their folders
+    # a study combined from several sweeps (`slm report --tables`): their folders, relative to the one they share
+    parts: tuple[str, ...] = ()
 
     def run(self, name: str) -> PretrainRun:
         return next(r for r in self.runs if r.name == name)

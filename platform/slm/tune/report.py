@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -282,6 +283,14 @@ def sweep_folders(paths: list[str | Path]) -> list[Path]:
     return list(dict.fromkeys(folders))
 
 
+def part_names(folders: list[Path]) -> tuple[str, ...]:
+    """The parts as the combined plan records them: relative to the folder they share (``seed0-a`` …), so
+    that the same parts give the same plan wherever they are read from (a relative or an absolute path)."""
+    paths = [f.resolve() for f in folders]
+    root = Path(os.path.commonpath(paths)) if len(paths) > 1 else paths[0].parent
+    return tuple(str(p.relative_to(root)) for p in paths)
+
+
 def union_of_sets(plans: dict[Path, Plan]) -> DataFingerprint:
     """Every packed set the sweeps trained or evaluated on, with its one digest; ``CombineError`` naming the
     folders and sets where two sweeps recorded one set with different digests."""
@@ -333,7 +342,7 @@ def combine(folders: list[Path], plan: Plan | None = None) -> tuple[list[dict], 
                        sizes={k: v for p in plans.values() for k, v in p.sizes.items()})
     # A design planned before its data was made (`--dry-run`) has no histograms: the parts measured them.
     plan = replace(plan, histogram_entropy=plan.histogram_entropy or entropies, data=data or plans[folders[0]].data,
-                   parts=tuple(str(f) for f in folders))
+                   parts=part_names(folders))
     curves = [c for f in folders for c in read_curves(f)]
     missing = sorted(t.name for t in plan.trials if t.name not in seen)
     return trials, plan, curves, missing
