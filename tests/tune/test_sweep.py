@@ -432,8 +432,11 @@ def test_tiny_study_killed_and_rerun_runs_only_missing_trials(train_run, tmp_pat
     assert {c["role"] for c in curves} >= {"large", "salt"}
     assert (out / "results.csv").exists()
     assert {p.name for p in (out / "report").glob("*.png")} == {
-        "pretrain_cost.png", "specialize_cost.png", "inference_size.png", "domain_tokens.png"}
+        "pretrain_cost.png", "specialize_cost.png", "inference_size.png", "domain_tokens.png", "pretrain_curves.png"}
     assert "Pareto-optimal" in (out / "report" / "summary.md").read_text()
+    # the generic tiny model's last doubling (10 -> 20 steps), at each seed, from the curves
+    assert "| generic-tiny-seed0 | 20 |" in (out / "report" / "summary.md").read_text()
+    assert "| generic-tiny-seed1 | 20 |" in (out / "report" / "summary.md").read_text()
     assert "-e1" not in (out / "report" / "summary.md").read_text()  # the every-expert trials are the claims' only
     claims = {c["id"]: c for c in json.loads((out / "report" / "claims.json").read_text())}
     assert sorted(claims) == [f"C{i}" for i in range(1, 7)]
