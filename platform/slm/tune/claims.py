@@ -40,7 +40,7 @@ from typing import Literal
 from slm.artifacts import atomic_write_text
 from slm.methods import BASELINE, SLM_IS, SLM_MIX, SLM_PN, SOUP
 from slm.tune import stats
-from slm.tune.plan import Plan
+from slm.tune.plan import Plan, seed_suffix
 from slm.tune.results import total_flops
 from slm.tune.stats import ALPHA, Difference
 
@@ -453,7 +453,7 @@ def c5(design: Design, curves: list[dict]) -> Claim:
     for point in curves:
         by_run.setdefault(point["run"], []).append(point)
     absent = [runs[(role, s)] for s in seeds for role in ("large", "salt") if runs[(role, s)] not in by_run]
-    salt_name = runs[("salt", seeds[0])].removesuffix(f"-seed{seeds[0]}" if seeds[0] is not None else "")
+    salt_name = runs[("salt", seeds[0])].removesuffix(seed_suffix(seeds[0]))
     bound = f"the bound {SALT_STEPS_SHARE:g}"
     if absent:
         claim.comparisons.append(missing("steps share", salt_name, bound, "lower", "steps_share", absent))

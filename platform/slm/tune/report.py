@@ -37,7 +37,7 @@ from slm import methods
 from slm.artifacts import atomic_path, atomic_write_json, atomic_write_text
 from slm.tune.claims import Design, write_claims
 from slm.tune.page import page
-from slm.tune.plan import DataFingerprint, Plan
+from slm.tune.plan import DataFingerprint, Plan, seed_suffix
 from slm.tune.results import (
     aggregate,
     difference,
@@ -175,11 +175,6 @@ def _figure(path: Path, grid: list[list[tuple[str, list[dict]]]], cost, xlabel: 
     plt.close(fig)
 
 
-def run_family(name: str, seed: int | None) -> str:
-    """A pretraining run's name without its seed: ``generic-d1-seed0`` → ``generic-d1``."""
-    return name.removesuffix(f"-seed{seed}") if seed is not None else name
-
-
 def _curves_figure(path: Path, curves: list[dict]) -> None:
     """``pretrain_curves.png``: a panel per pretraining run (seeds as lines, one loss scale per panel: runs
     of different sizes and data differ by more than their curves' tails)."""
@@ -190,7 +185,8 @@ def _curves_figure(path: Path, curves: list[dict]) -> None:
 
     families: dict[str, dict[int | None, list[dict]]] = {}
     for point in curves:
-        families.setdefault(run_family(point["run"], point["seed"]), {}).setdefault(point["seed"], []).append(point)
+        family = point["run"].removesuffix(seed_suffix(point["seed"]))  # generic-d1-seed0 -> generic-d1
+        families.setdefault(family, {}).setdefault(point["seed"], []).append(point)
     n_cols = min(3, len(families))
     n_rows = -(-len(families) // n_cols)
     fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.2 * n_cols, 3.2 * n_rows + 0.4), squeeze=False,
