@@ -135,7 +135,7 @@ def _legend_handles(rows: list[dict], markers: dict[int, str]) -> list:
 def _log_x(ax, xs: list[float]) -> None:
     """A log x axis with a few short labels: matplotlib labels every minor tick of a span under a decade
     with long 2.2×10¹² labels that overlap."""
-    from matplotlib import ticker  # matplotlib only when drawing (see _figure)
+    from matplotlib import ticker  # matplotlib only when drawing (see _pyplot)
 
     ax.set_xscale("log")
     if not xs:
@@ -147,14 +147,27 @@ def _log_x(ax, xs: list[float]) -> None:
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:.2g}"))
 
 
-def _figure(path: Path, grid: list[list[tuple[str, list[dict]]]], cost, xlabel: str) -> None:
-    """A figure of panels (rows of them), the legend outside the data, on the right."""
-    # matplotlib only when drawing, and its file backend chosen before pyplot loads (no display here).
+def _pyplot():
+    """pyplot with the file backend: matplotlib is imported only when drawing, and its backend chosen
+    before pyplot loads (no display here)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save(plt, fig, path: Path) -> None:
+    """The figure written atomically as a PNG, then closed (pyplot keeps every open figure alive)."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+
+
+def _figure(path: Path, grid: list[list[tuple[str, list[dict]]]], cost, xlabel: str) -> None:
+    """A figure of panels (rows of them), the legend outside the data, on the right."""
+    plt = _pyplot()
     every = [r for line in grid for _, rows in line for r in rows]
     markers = {t: MARKERS[i % len(MARKERS)] for i, t in enumerate(sorted({r["domain_tokens"] for r in every}))}
     n_rows, n_cols = len(grid), max(len(line) for line in grid)
@@ -170,19 +183,13 @@ def _figure(path: Path, grid: list[list[tuple[str, list[dict]]]], cost, xlabel: 
     # Above the panels only (the legend has the right margin): wrapped to their width.
     fig.suptitle(textwrap.fill(caption(every), width=int(14 * 4.6 * n_cols)), fontsize=8, x=0.01,
                  horizontalalignment="left")
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def _curves_figure(path: Path, curves: list[dict]) -> None:
     """``pretrain_curves.png``: a panel per pretraining run (seeds as lines, one loss scale per panel: runs
     of different sizes and data differ by more than their curves' tails)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     families: dict[str, dict[int | None, list[dict]]] = {}
     for point in curves:
         family = point["run"].removesuffix(seed_suffix(point["seed"]))  # generic-d1-seed0 -> generic-d1
@@ -206,9 +213,7 @@ def _curves_figure(path: Path, curves: list[dict]) -> None:
         axes[k // n_cols][k % n_cols].set_visible(False)
     fig.suptitle("Pretraining: the macro valid loss (mean over the valid domains of the model each is served by) "
                  "at each evaluation", fontsize=8, x=0.01, horizontalalignment="left")
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def saturation(curves: list[dict], small: str) -> list[dict]:
