@@ -147,25 +147,47 @@ def test_dsir_on_ray_data_weighs_and_selects_as_one_process_would(resampled, clu
     assert results[("legal", "dsir")]["windows_drawn_unplaced"] == 0
 
 
+def generic_sampled(out: Path, every: int | None, to: Path) -> tuple[pa.Table, np.ndarray]:
+    """The cluster stage's assignments with one generic window in ``every`` kept (None: none), as a
+    smaller embed.fraction would leave them: the full table and the rows kept."""
+    table = pq.read_table(out / "assignments")
+    generic = pc.equal(table.column("domain"), "generic").to_numpy(zero_copy_only=False)
+    keep = ~generic | ((np.arange(table.num_rows) % every == 0) if every else False)
+    (to / "assignments").mkdir(parents=True)
+    pq.write_table(table.filter(pa.array(keep)), to / "assignments" / "part-0.parquet")
+    (to / "clusters.json").write_text((out / "clusters.json").read_text())
+    return table, keep
+
+
 def test_dsir_selects_from_windows_the_embedding_sample_left_out(clusters, mini_corpus_dir, tmp_path):
     """DSIR needs no embedding: with the cluster stage's assignments cut to half of the generic windows
     (as an embed.fraction of 0.5 would leave them), it still selects from every generic window of the
     corpus; the windows it picks outside the assignments have no leaf and are counted apart."""
     out, _ = clusters
-    table = pq.read_table(out / "assignments")
-    generic = pc.equal(table.column("domain"), "generic").to_numpy(zero_copy_only=False)
-    keep = ~generic | (np.arange(table.num_rows) % 2 == 0)
-    half = tmp_path / "clusters"
-    (half / "assignments").mkdir(parents=True)
-    pq.write_table(table.filter(pa.array(keep)), half / "assignments" / "part-0.parquet")
-    (half / "clusters.json").write_text((out / "clusters.json").read_text())
-    m = resample(half, domain_histograms(out, 0.5), "legal", 30000, "dsir", tmp_path / "dsir",
+    table, keep = generic_sampled(out, 2, tmp_path / "clusters")
+    m = resample(tmp_path / "clusters", domain_histograms(out, 0.5), "legal", 30000, "dsir", tmp_path / "dsir",
                  corpus_dir=mini_corpus_dir, embed=embed_config_for_tests())
     chosen = pq.read_table(tmp_path / "dsir" / "data", columns=["id", "leaf"])
     left_out = set(table.filter(pa.array(~keep)).column("id").to_pylist())
     unplaced = [i for i, leaf in zip(*chosen.to_pydict().values(), strict=True) if leaf < 0]
     assert unplaced and set(unplaced) <= left_out
     assert m["windows_drawn_unplaced"] == len(unplaced) and m["windows_drawn"] == chosen.num_rows
+    assert m["kl_resampled_to_domain"] >= 0  # over the placed picks
+
+
+def test_dsir_with_no_pick_embedded_keeps_its_subset_and_leaves_the_kl_unmeasured(clusters, mini_corpus_dir,
+                                                                                 tmp_path, capsys):
+    """A small embed.fraction can leave every window DSIR picks without a leaf (the whole-corpus quickstart
+    at 0.5%): the subset is the data, the KL only a diagnostic of it, so the subset is written and the KL
+    recorded as not measured, with a line that says why."""
+    out, _ = clusters
+    generic_sampled(out, None, tmp_path / "clusters")
+    m = resample(tmp_path / "clusters", domain_histograms(out, 0.5), "legal", 30000, "dsir", tmp_path / "dsir",
+                 corpus_dir=mini_corpus_dir, embed=embed_config_for_tests())
+    chosen = pq.read_table(tmp_path / "dsir" / "data", columns=["leaf"]).column("leaf").to_pylist()
+    assert chosen and set(chosen) == {-1} and m["windows_drawn_unplaced"] == m["windows_drawn"] == len(chosen)
+    assert m["kl_resampled_to_domain"] is None and m["kl_domain_to_resampled_smoothed"] is None
+    assert f"not measured: none of the {len(chosen)} windows drawn was embedded" in capsys.readouterr().out
 
 
 def test_resampling_is_deterministic(resampled, clusters, tmp_path):

@@ -211,12 +211,12 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
     drawn_windows = np.sum([np.asarray(p["windows"]) for p in parts], axis=0) if parts else np.zeros(leaves)
     drawn_tokens = int(sum(p["tokens"] for p in parts))
     unplaced = int(sum(p["unplaced"] for p in parts))  # DSIR's picks among windows the sample did not embed
-    if drawn_windows.sum() == 0:
-        if unplaced:
-            raise ValueError(f"resample {method} for {domain!r}: none of the {unplaced} windows drawn was embedded, "
-                             "so no leaf histogram can be measured: embed a larger embed.fraction")
+    if drawn_windows.sum() == 0 and not unplaced:
         raise ValueError(f"resample {method} for {domain!r} drew nothing (tokens={tokens})")
-    p_drawn = drawn_windows / drawn_windows.sum()
+    # The KL is a diagnostic of the draw, not the draw: when a small embed.fraction left every window DSIR
+    # picked without a leaf, the subset stands and its KL is recorded as not measured.
+    measured = drawn_windows.sum() > 0
+    p_drawn = drawn_windows / drawn_windows.sum() if measured else None
     support = n_c > 0
     manifest = write_manifest(out, {
         "stage": "resample", "config_hash": key, "domain": domain, "method": method, "seed": seed,
@@ -224,13 +224,19 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
         # The histograms below count the drawn windows that have a leaf (all but DSIR's unembedded picks).
         "windows_drawn_unplaced": unplaced,
         "weights": {"w_c": weights.tolist(), "p_domain": p_domain.tolist(), "p_generic": p_generic.tolist()},
-        "kl_resampled_to_domain": kl(p_drawn, p_domain),
-        "kl_domain_to_resampled_smoothed": kl(p_domain, smoothed(drawn_windows, support, histograms["alpha"])),
+        "kl_resampled_to_domain": kl(p_drawn, p_domain) if measured else None,
+        "kl_domain_to_resampled_smoothed": kl(p_domain, smoothed(drawn_windows, support, histograms["alpha"]))
+                                           if measured else None,
         **info, "seconds": round(time.perf_counter() - started, 1),
     })
-    placed = f" over the {int(drawn_windows.sum())} embedded" if unplaced else ""
-    print(f"[resample] {domain}/{method}: {drawn_tokens} tokens in {manifest['windows_drawn']} windows, "
-          f"KL(resampled ‖ domain) = {manifest['kl_resampled_to_domain']:.3f}{placed}", flush=True)
+    if not measured:
+        divergence = (f"KL(resampled ‖ domain) not measured: none of the {unplaced} windows drawn was embedded "
+                      "(a larger embed.fraction measures it)")
+    else:
+        placed = f" over the {int(drawn_windows.sum())} embedded" if unplaced else ""
+        divergence = f"KL(resampled ‖ domain) = {manifest['kl_resampled_to_domain']:.3f}{placed}"
+    print(f"[resample] {domain}/{method}: {drawn_tokens} tokens in {manifest['windows_drawn']} windows, {divergence}",
+          flush=True)
     return manifest
 
 
@@ -246,9 +252,10 @@ def _with_clusters(batch: pa.Table, placed: pa.Table) -> pa.Table:
     """Each window's coarse cluster and leaf where the cluster stage placed it (it was embedded), else −1."""
     ids = placed.column("id").to_numpy(zero_copy_only=False)  # sorted
     mine = batch.column("id").to_numpy(zero_copy_only=False)
-    at = np.searchsorted(ids, mine).clip(0, len(ids) - 1)
-    found = ids[at] == mine
+    at = np.searchsorted(ids, mine).clip(0, max(len(ids) - 1, 0))
+    found = ids[at] == mine if len(ids) else np.zeros(len(mine), bool)  # none placed: no generic window embedded
     for name in ("coarse", "leaf"):
-        values = np.where(found, placed.column(name).to_numpy()[at], -1).astype(np.int32)
+        values = np.full(len(mine), -1, np.int32)
+        values[found] = placed.column(name).to_numpy()[at[found]]
         batch = batch.append_column(name, pa.array(values))
     return batch
