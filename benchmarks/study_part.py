@@ -25,11 +25,11 @@ from pathlib import Path
 
 from slm.artifacts import atomic_write_json
 from slm.runtime import cpu_flags, cpu_model
+from slm.tune.results import SWEEP_TABLES
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "jobs" / "sweeps" / "study.yaml"
 PARTS = ROOT / "jobs" / "study" / "parts.yaml"
-TABLES = ("results.parquet", "results.csv", "curves.parquet", "plan.json")
 
 
 def main() -> None:
@@ -61,7 +61,7 @@ def main() -> None:
         raise SystemExit(f"slm run exited {rc} before the sweep wrote its table: nothing to commit (rerun: it resumes)")
     out = Path(args.out) / name.removeprefix("study-")  # seed0, or seed0-a for a part
     out.mkdir(parents=True, exist_ok=True)
-    for table in TABLES:
+    for table in SWEEP_TABLES:
         shutil.copy2(sweep / table, out / table)
     # The part's own report is a convenience (the combined one is the study's): if it failed, the tables
     # the sweep wrote are still the part's result, and part.json says the report did not run.

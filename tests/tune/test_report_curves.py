@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from slm.tune.report import SATURATED, report, saturation
-from slm.tune.results import read_curves
+from slm.tune.results import SWEEP_TABLES, read_curves
 from tests.tune.test_report_tables import RESULTS_STUDY, part
 
 
@@ -34,7 +34,7 @@ def test_the_report_draws_the_curves_and_says_whether_the_generic_model_saturate
     """On study part a as committed (seed 0: the generic d1 run, the d2 baseline and its SALT run)."""
     folder = tmp_path / "seed0-a"
     folder.mkdir()
-    for name in ("results.parquet", "results.csv", "curves.parquet", "plan.json"):
+    for name in SWEEP_TABLES:
         (folder / name).write_bytes((RESULTS_STUDY / "seed0-a" / name).read_bytes())
     result = report(folder)
     assert "pretrain_curves.png" in result["plots"]

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from slm.tune.report import CombineError, report, report_tables
-from slm.tune.results import read_table, write_curve_rows, write_table
+from slm.tune.results import SWEEP_TABLES, read_table, write_curve_rows, write_table
 
 SOURCE = Path(__file__).parents[2] / "benchmarks" / "results" / "quickstart_issue28"
 RESULTS_STUDY = SOURCE.parent / "study"
@@ -97,7 +97,7 @@ def test_a_part_with_slm_is_for_one_domain_only_reports(tmp_path):
     study = RESULTS_STUDY / "seed0-c"
     folder = tmp_path / "seed0-c"
     folder.mkdir()
-    for name in ("results.parquet", "results.csv", "curves.parquet", "plan.json"):
+    for name in SWEEP_TABLES:
         (folder / name).write_bytes((study / name).read_bytes())
     report(folder, tmp_path / "report")
     assert "legal, 25 steps: the plan has no SLM-is trial" in (tmp_path / "report" / "claims.md").read_text()

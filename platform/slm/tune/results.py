@@ -27,6 +27,10 @@ from slm.layout import RunLayout, Snapshot
 from slm.tune.plan import PretrainRun, Trial
 from slm.tune.stats import Difference, welch_from_summary
 
+# A sweep's result beside its report: what a study part commits (benchmarks/study_part.py) and what
+# `slm report --tables` combines.
+SWEEP_TABLES = ("results.parquet", "results.csv", "curves.parquet", "plan.json")
+
 COLUMNS = ["method", "size", "expert", "params", "inference_flops_per_token", "pretrain_steps", "pretrain_flops",
            "pretrain_device_seconds", "generic_flops", "generic_device_seconds", "domain", "domain_tokens",
            "specialize_steps", "specialize_flops", "specialize_device_seconds", "per_domain_flops",
