@@ -126,10 +126,7 @@ class TrainModule:
         soup's h), ``omega`` the KD weight (0: no teacher this step)."""
         tokens = self.batch(tokens)
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
-        # DeepSpeed's engine enters the autocast itself (UnderAutocast): an outer one would only be turned
-        # off by the engine, with a warning
-        deepspeed = isinstance(self.strategy, DeepSpeedStrategy)
-        with contextlib.nullcontext() if deepspeed else self.autocast():
+        with contextlib.nullcontext() if self.strategy.autocasts else self.autocast():
             out = self.method.forward(self.strategy.model, inputs, targets, self.batch(coarse), context)
         loss, kd = out.loss, None
         if omega > 0:  # KD in float32 on the bf16 logits (distillation_loss casts)
@@ -169,11 +166,7 @@ class TrainModule:
     def exported_model(self) -> torch.nn.Module:
         """The trained model as one plain module (a collective under DeepSpeed ZeRO-3, which gathers
         its partitions; LoRA adapters folded into the weights)."""
-        raw = self.raw
-        if isinstance(self.strategy, DeepSpeedStrategy):
-            state = self.strategy.full_state_dict()
-            raw = self.method.build(self.trained_arch)
-            raw.load_state_dict(state)
+        raw = self.strategy.full_model(lambda: self.method.build(self.trained_arch))
         if self.lora.rank:
             from slm.train.lora import lora_merged  # peft: see __init__
 

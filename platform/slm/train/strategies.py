@@ -13,6 +13,7 @@ Checkpoint layout (one Ray Train checkpoint directory, every rank writing into i
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import ray.train.torch
@@ -57,6 +58,7 @@ class DDPStrategy:
     (``distributed=False``: a single GPU, a Tune trial, a run in its own process) it trains unwrapped there."""
 
     name = "ddp"
+    autocasts = False  # the loop enters the autocast around the forward (TrainModule.step)
 
     def __init__(self, model: nn.Module, optim: OptimConfig, horizon: int | None, *, distributed: bool,
                  find_unused_parameters: bool = False):
@@ -95,6 +97,10 @@ class DDPStrategy:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 
+    def full_model(self, build: Callable[[], nn.Module]) -> nn.Module:
+        """The trained model, whole on this rank: the module it trains."""
+        return self.raw
+
 
 class UnderAutocast(nn.Module):
     """The model under the loop's autocast *inside* DeepSpeed's engine. The engine's forward turns an outer
@@ -120,6 +126,9 @@ class DeepSpeedStrategy:
     update as the DDP strategy, and no C++ Adam to compile on CPU."""
 
     name = "deepspeed"
+    # The engine enters the loop's autocast itself (UnderAutocast): an outer one would only be turned off
+    # by the engine, with a warning.
+    autocasts = True
 
     def __init__(self, model: nn.Module, optim: OptimConfig, horizon: int | None, *, zero_stage: int,
                  micro_batch: int, precision: Precision, device_type: str):
@@ -162,6 +171,13 @@ class DeepSpeedStrategy:
         path, _ = self.engine.load_checkpoint(str(folder / "deepspeed"), tag="state")
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed state under {folder / 'deepspeed'}")
+
+    def full_model(self, build: Callable[[], nn.Module]) -> nn.Module:
+        """The trained model, whole on every rank: a fresh ``build()`` loaded with the gathered weights (a
+        collective under ZeRO-3)."""
+        model = build()
+        model.load_state_dict(self.full_state_dict())
+        return model
 
     def full_state_dict(self) -> dict:
         """The unsharded weights on every rank (ZeRO-3 gathers its partitions)."""
