@@ -266,6 +266,23 @@ def test_bpe_tokenizer(bpe):
     assert len(tok.encode(text).ids) < len(text.encode())  # and it compresses
 
 
+def test_a_current_tokenizer_is_not_trained_again_until_a_setting_changes(bpe, mini_corpus_dir, tmp_path, capsys):
+    import shutil
+
+    from slm.data.bpe import train_bpe
+
+    out, manifest = bpe
+    shutil.copytree(out, tmp_path / "tok")  # the module's tokenizer stays as the other tests read it
+    written = (tmp_path / "tok" / "tokenizer.json").stat().st_mtime_ns
+    capsys.readouterr()
+    assert train_bpe(mini_corpus_dir, tmp_path / "tok", vocab_size=1024) == manifest
+    assert "is complete and current" in capsys.readouterr().out
+    assert (tmp_path / "tok" / "tokenizer.json").stat().st_mtime_ns == written
+    again = train_bpe(mini_corpus_dir, tmp_path / "tok", vocab_size=512)  # another setting: trained again
+    assert again["vocab_size"] == 512 and again["config_hash"] != manifest["config_hash"]
+    assert "is complete and current" not in capsys.readouterr().out
+
+
 def test_pack_conserves_tokens_and_keeps_cluster_ids(bpe, resampled, tmp_path):
     from tokenizers import Tokenizer
 

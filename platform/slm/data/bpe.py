@@ -14,7 +14,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from slm.artifacts import atomic_path, write_manifest
+from slm.artifacts import atomic_path, input_digests, is_complete, read_manifest, write_manifest
+from slm.config import config_hash
 from slm.corpus.layout import corpus_files
 
 EOT = "<|endoftext|>"
@@ -37,6 +38,12 @@ def train_bpe(corpus_dir: str | Path, out: Path, vocab_size: int = 8192, max_cha
     files = corpus_files(corpus_dir).get("all")
     if not files:
         raise FileNotFoundError(f"{corpus_dir} has no generic shards to train a tokenizer on")
+    # Skipped when complete and current, as the data stages before it: the same generic shards (by content,
+    # not path) and the same settings train the same tokenizer.
+    key = config_hash({"generic": input_digests(files), "vocab_size": vocab_size, "max_chars": max_chars})
+    if is_complete(out, key) and (out / "tokenizer.json").exists():
+        print(f"[tokenizer] {out} is complete and current", flush=True)
+        return read_manifest(out)
     started = time.perf_counter()
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -48,6 +55,6 @@ def train_bpe(corpus_dir: str | Path, out: Path, vocab_size: int = 8192, max_cha
         raise RuntimeError(f"{EOT} did not get id 0")
     with atomic_path(out / "tokenizer.json") as tmp:
         tokenizer.save(str(tmp))
-    return write_manifest(out, {"stage": "tokenizer", "vocab_size": tokenizer.get_vocab_size(),
+    return write_manifest(out, {"stage": "tokenizer", "config_hash": key, "vocab_size": tokenizer.get_vocab_size(),
                                 "corpus_dir": str(corpus_dir), "max_chars": max_chars,
                                 "seconds": round(time.perf_counter() - started, 1)})
