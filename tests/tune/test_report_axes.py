@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from slm.tune.report import _log_y, _pyplot
+from slm.tune.report import _distinct_ticks, _log_y, _pyplot
 
 
 def labels_inside(ys: list[float]) -> list[str]:
@@ -31,3 +31,16 @@ def test_the_perplexity_axis_is_log_with_plain_labels(ys, expected):
     labels = labels_inside(ys)
     assert set(expected) <= set(labels) and len(labels) >= 3, labels
     assert all("$" not in t and "^" not in t for t in labels), labels  # no mathtext 10^x labels
+
+
+@pytest.mark.parametrize(("lo", "hi", "count"), [
+    (3.0e12, 7.0e12, 4),        # under a decade: four labels at two digits
+    (3.872e13, 3.919e13, 2),    # the study's d2 panels (their settings differ by specialization FLOPs): the ends
+    (1.0e13, 1.0001e13, 2),     # narrower still: the ends, at the digits they need
+    (5.0e12, 5.0e12, 1),        # one cost
+])
+def test_cost_ticks_have_distinct_labels(lo, hi, count):
+    ticks, digits = _distinct_ticks(lo, hi)
+    labels = [f"{v:.{digits}g}" for v in ticks]
+    assert len(ticks) == count and len(set(labels)) == count, labels
+    assert ticks[0] == pytest.approx(lo) and ticks[-1] == pytest.approx(hi)

@@ -142,9 +142,24 @@ def _log_x(ax, xs: list[float]) -> None:
         return
     lo, hi = min(xs), max(xs)
     ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-    if hi < lo * 10:  # under a decade: no power of ten may fall inside; put four ticks across the data
-        ax.set_xticks(np.geomspace(lo, hi, 4) if hi > lo else [lo])
-        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:.2g}"))
+    if hi < lo * 10:  # under a decade: no power of ten may fall inside; put ticks across the data
+        ticks, digits = _distinct_ticks(lo, hi)
+        ax.set_xticks(ticks)
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:.{digits}g}"))
+
+
+def _distinct_ticks(lo: float, hi: float) -> tuple[np.ndarray, int]:
+    """Ticks across [lo, hi] and the significant digits that tell their labels apart: four at two digits;
+    where two digits cannot (the study's large-model panels, whose settings differ by their specialization
+    FLOPs alone, span 3.87e+13 to 3.92e+13: two digits printed 3.9e+13 four times, more overlapped), the
+    two ends, with the digits they need."""
+    if not hi > lo:
+        return np.array([lo]), 2
+    ticks = np.geomspace(lo, hi, 4)
+    if len({f"{v:.2g}" for v in ticks}) == 4:
+        return ticks, 2
+    digits = next((d for d in range(3, 16) if f"{lo:.{d}g}" != f"{hi:.{d}g}"), 16)
+    return np.array([lo, hi]), digits
 
 
 def _log_y(ax, ys: list[float]) -> None:
