@@ -287,7 +287,7 @@ def test_pack_conserves_tokens_and_keeps_cluster_ids(bpe, resampled, tmp_path):
     from tokenizers import Tokenizer
 
     from slm.data.pack import pack
-    from slm.train.data import PackedArrays, materialize
+    from slm.train.data import PackedArrays, arrays_digest, materialize, recorded_digest
 
     tok_dir, _ = bpe
     _, root = resampled
@@ -309,6 +309,8 @@ def test_pack_conserves_tokens_and_keeps_cluster_ids(bpe, resampled, tmp_path):
         assert 0 <= n - packed_per_leaf.get(leaf, 0) < seq_len + 1, leaf
     assert set(table.column("domain").to_pylist()) == {"generic"}
     arrays = PackedArrays.open(materialize(tmp_path / "packed"))  # what training reads
+    # the digest a sweep's data fingerprint is made of, as recorded, is the arrays' own
+    assert recorded_digest(tmp_path / "packed" / "arrays") == arrays_digest(tmp_path / "packed" / "arrays")
     tokens, coarse = arrays.take(np.arange(8))
     assert len(arrays) == table.num_rows and tokens.shape == (8, seq_len + 1) and coarse.shape == (8,)
     assert int(tokens.max()) < 1024 and sorted(np.unique(arrays.coarse).tolist()) == sorted(

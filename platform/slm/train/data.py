@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from slm.artifacts import atomic_path, is_complete, remake, verify, write_manifest
+from slm.artifacts import atomic_path, is_complete, read_manifest, remake, verify, write_manifest
 from slm.layout import RunLayout, require
 
 ARRAYS = "arrays"
@@ -98,6 +98,14 @@ def arrays_digest(arrays_dir: str | Path) -> str:
     for name in ("tokens", "coarse", "leaf"):
         digest.update(np.ascontiguousarray(np.load(Path(arrays_dir) / f"{name}.npy", mmap_mode="r")).tobytes())
     return digest.hexdigest()[:16]
+
+
+def recorded_digest(arrays_dir: str | Path) -> str:
+    """``arrays_digest`` as ``materialize`` recorded it, without reading the arrays again: materialize has
+    just checked their bytes against the manifest (``verify``). Computed for arrays made before the digest
+    was recorded."""
+    manifest = read_manifest(arrays_dir)
+    return manifest["digest"] if manifest and "digest" in manifest else arrays_digest(arrays_dir)
 
 
 @dataclass

@@ -54,7 +54,7 @@ from slm.models.gpt import ModelConfigError
 from slm.runtime import init_ray
 from slm.train.budget import dense_flops_per_token
 from slm.train.config import BudgetConfig
-from slm.train.data import arrays_digest, packed_arrays, valid_arrays
+from slm.train.data import packed_arrays, recorded_digest, valid_arrays
 from slm.train.hardware import planning_peak
 from slm.train.trainer import gpt_config, pretrain, pretrain_data, specialize, tracked
 from slm.tune.config import SweepJob
@@ -157,8 +157,8 @@ def data_digests(cfg: SweepJob, p: Plan) -> DataFingerprint:
     domains = sorted({t.domain for t in p.trials})
     sets = {methods.get(r.method).pretrain_set(r.domain or cfg.resample.domain) for r in p.runs}
     sets |= {f"domain/{d}" for d in domains}
-    sets = {name: arrays_digest(packed_arrays(RunLayout.of(cfg), name)) for name in sorted(sets)}
-    sets |= {f"valid/{d}": arrays_digest(path) for d, path in valid_arrays(RunLayout.of(cfg), list(cfg.corpus.domains)).items()}
+    sets = {name: recorded_digest(packed_arrays(RunLayout.of(cfg), name)) for name in sorted(sets)}
+    sets |= {f"valid/{d}": recorded_digest(path) for d, path in valid_arrays(RunLayout.of(cfg), list(cfg.corpus.domains)).items()}
     return DataFingerprint.of(sets)
 
 
