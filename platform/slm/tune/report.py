@@ -143,23 +143,30 @@ def _log_x(ax, xs: list[float]) -> None:
     lo, hi = min(xs), max(xs)
     ax.xaxis.set_minor_formatter(ticker.NullFormatter())
     if hi < lo * 10:  # under a decade: no power of ten may fall inside; put ticks across the data
-        ticks, digits = _distinct_ticks(lo, hi)
-        ax.set_xticks(ticks)
-        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:.{digits}g}"))
+        _ticks_across(ax.xaxis, lo, hi, 2)
 
 
-def _distinct_ticks(lo: float, hi: float) -> tuple[np.ndarray, int]:
-    """Ticks across [lo, hi] and the significant digits that tell their labels apart: four at two digits;
-    where two digits cannot (the study's large-model panels, whose settings differ by their specialization
-    FLOPs alone, span 3.87e+13 to 3.92e+13: two digits printed 3.9e+13 four times, more overlapped), the
-    two ends, with the digits they need."""
+def _distinct_ticks(lo: float, hi: float, digits: int = 2) -> tuple[np.ndarray, int]:
+    """Ticks across [lo, hi] and the significant digits (at least ``digits``) that tell their labels apart:
+    four; where that many digits cannot (the study's large-model panels, whose settings differ by their
+    specialization FLOPs alone, span 3.87e+13 to 3.92e+13: two digits printed 3.9e+13 four times, more
+    overlapped), the two ends, with the digits they need."""
     if not hi > lo:
-        return np.array([lo]), 2
+        return np.array([lo]), digits
     ticks = np.geomspace(lo, hi, 4)
-    if len({f"{v:.2g}" for v in ticks}) == 4:
-        return ticks, 2
-    digits = next((d for d in range(3, 16) if f"{lo:.{d}g}" != f"{hi:.{d}g}"), 16)
-    return np.array([lo, hi]), digits
+    if len({f"{v:.{digits}g}" for v in ticks}) == 4:
+        return ticks, digits
+    needed = next((d for d in range(digits + 1, 16) if f"{lo:.{d}g}" != f"{hi:.{d}g}"), 16)
+    return np.array([lo, hi]), needed
+
+
+def _ticks_across(axis, lo: float, hi: float, digits: int) -> None:
+    """A log axis whose data span too little for matplotlib's ticks: ``_distinct_ticks``, so labelled."""
+    from matplotlib import ticker
+
+    ticks, digits = _distinct_ticks(lo, hi, digits)
+    axis.set_ticks(ticks)
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:.{digits}g}"))
 
 
 def _log_y(ax, ys: list[float]) -> None:
@@ -170,9 +177,8 @@ def _log_y(ax, ys: list[float]) -> None:
     ax.set_yscale("log")
     ax.yaxis.set_minor_formatter(ticker.NullFormatter())
     ys = [y for y in ys if finite(y) and y > 0]
-    if ys and max(ys) < 3 * min(ys):  # 1-2-5 would leave one label or none: four across the data (as _log_x)
-        ax.set_yticks(np.geomspace(min(ys), max(ys), 4) if max(ys) > min(ys) else [ys[0]])
-        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:.3g}"))
+    if ys and max(ys) < 3 * min(ys):  # 1-2-5 would leave one label or none: ticks across the data (as _log_x)
+        _ticks_across(ax.yaxis, min(ys), max(ys), 3)
     else:
         ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
