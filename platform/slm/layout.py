@@ -122,6 +122,14 @@ class TrainOutput:
         return {int(step): Snapshot(e["model"], e["step"], e["tokens"], e["cost"]["flops"], e["cost"]["device_seconds"])
                 for step, e in index.items()}
 
+    def branch_point(self, step: int) -> Path:
+        """A WSD trunk's whole training state at ``step``, kept for good: where a cooldown branch starts."""
+        return self.dir / "branch_points" / f"step-{step:08d}"
+
+    def branch(self, budget: int) -> TrainOutput:
+        """The cooldown branch that trains budget ``budget`` from the trunk (its own run folder)."""
+        return TrainOutput(self.dir / "branches" / f"step-{budget:08d}")
+
     def ray_train(self) -> Path:
         """Ray Train's storage for the run (its checkpoints, the checkpoint manager's state)."""
         return self.dir / "ray_train"

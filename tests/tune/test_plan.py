@@ -12,7 +12,7 @@ import pytest
 
 from slm.config import ConfigError
 from slm.tune.config import SweepConfig
-from slm.tune.plan import Plan, PlanInputs, SizeCost, SweepSpecError, make_plan
+from slm.tune.plan import Plan, PlanInputs, SizeCost, SweepSpecError, format_plan, make_plan
 
 INPUTS = PlanInputs(domains=("legal", "medical"),
                     sizes={"d1": SizeCost(6.0, 2.0), "d2": SizeCost(18.0, 6.0)},
@@ -108,3 +108,20 @@ def test_a_plan_is_frozen_and_survives_its_json():
 def test_planning_starts_no_ray():
     code = "import sys, slm.tune.plan; print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+
+
+def test_under_wsd_each_smaller_budget_is_a_cooldown_branch_paid_per_budget():
+    """``pretrain.train.optim.schedule: wsd``: a grid run trains its largest budget (the trunk) and each
+    smaller one as a branch of its decay's steps (decay_fraction × the budget); the plan pays them all,
+    names them in ``--dry-run``, and ``plan.json`` keeps them. The large runs have no smaller budget."""
+    wsd = replace(INPUTS, decay_fraction=0.2)
+    p = make_plan(spec(pretrain_steps=[20, 10, 5], large_size="d2", large_steps=30), wsd)
+    grid = [r for r in p.runs if r.role == "grid"]
+    assert grid and all(r.branches == (5, 10) and r.branch_steps == 1 + 2 for r in grid)
+    generic = p.run("generic-d1-seed0")
+    assert generic.flops == 6.0 * 100 * (20 + 3)  # the trunk's 20 steps and the branches' 1 + 2
+    assert make_plan(spec(pretrain_steps=[20, 10, 5]), INPUTS).run("generic-d1-seed0").flops == 6.0 * 100 * 20
+    large = p.run("generic-d2-seed0")
+    assert large.branches == () and large.flops == 18.0 * 100 * 30
+    assert Plan.from_json(json.loads(json.dumps(p.to_json()))) == p
+    assert "branches [5, 10] (+3 steps)" in format_plan(p) and "cooldown branch" in format_plan(p)

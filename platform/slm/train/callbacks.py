@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -22,6 +23,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from slm.artifacts import atomic_write_json, atomic_write_text
 from slm.layout import TrainOutput
+from slm.train import integrity
 from slm.train.budget import exhausted, spent
 
 
@@ -296,6 +298,38 @@ class Snapshotter(Callback):
         known[str(step)] = {"model": str(path), "step": step, "tokens": loop.progress.tokens,
                             "cost": {"flops": loop.progress.flops, "device_seconds": loop.progress.device_seconds}}
         atomic_write_json(index, known)
+
+
+class BranchPoints(Callback):
+    """A WSD trunk's whole training state at given steps (model, optimizer, schedule, sampler, RNG,
+    progress), kept for good in ``branch_points/step-<N>/``: a smaller budget's cooldown branch starts from
+    it (``slm.train.trainer``). Every rank writes its part as for a checkpoint, into a folder of its own,
+    then copies it into one staging folder (the ranks' files and their lists are distinct), which rank 0
+    renames into place once all have (on a cluster the run's folder is shared storage). A resumed trunk
+    that passes a step again finds its state there, whole, and leaves it."""
+
+    def __init__(self, steps: list[int]):
+        self.steps = set(steps)
+
+    def on_step_end(self, loop, metrics: dict) -> None:
+        step = loop.progress.step
+        if step not in self.steps:
+            return
+        target = loop.output.branch_point(step)
+        if target.exists() and integrity.problem(target) is None:
+            return
+        staging = target.with_name(f".{target.name}.tmp")
+        if loop.rank == 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+        with tempfile.TemporaryDirectory(prefix="slm-branch-") as tmp:
+            loop.save_state(Path(tmp))
+            loop.gather(None)  # a barrier: the staging folder exists before any rank copies into it
+            shutil.copytree(tmp, staging, dirs_exist_ok=True)
+        loop.gather(None)  # … and every rank has copied before rank 0 renames it
+        if loop.rank == 0:
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(staging, target)
 
 
 class Checkpointer(Callback):

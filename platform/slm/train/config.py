@@ -25,13 +25,26 @@ from slm.models.config import ModelConfig
 from slm.runtime import RayConfig
 
 
+def decay_steps(decay_fraction: float, horizon: int) -> int:
+    """Under wsd, how many of a ``horizon``-step run's last steps decay (at least one): what its cooldown
+    branch trains beyond the trunk (the sweep's plan pays it per budget)."""
+    return max(1, round(decay_fraction * horizon))
+
+
 @dataclass
 class OptimConfig:
-    """AdamW with linear warm-up then cosine decay to ``min_lr_ratio``·lr over the budget's horizon."""
+    """AdamW with linear warm-up, then over the budget's horizon either a cosine decay to
+    ``min_lr_ratio``·lr (``cosine``) or warmup–stable–decay (``wsd``: the peak until the last
+    ``decay_fraction`` of the horizon, then a decay of ``decay_shape`` to ``min_lr_ratio``·lr; Hägele et al.
+    2024). Under ``wsd`` the steps before a budget's decay are those of every longer run, so one run (the
+    trunk) serves every smaller budget with a short cooldown branch (``pretrain.snapshot_steps``)."""
 
     lr: float = 3e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 20
+    schedule: Literal["cosine", "wsd"] = "cosine"
+    decay_fraction: float = 0.2  # wsd: the share of the horizon that decays (its last steps)
+    decay_shape: Literal["1-sqrt", "linear", "cosine"] = "1-sqrt"  # wsd: 1-sqrt is Hägele et al.'s best
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
@@ -49,6 +62,16 @@ class OptimConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"config key '{prefix}{name}': must be ≥ 0, got {value}")
+        if not 0 < self.decay_fraction <= 1:
+            raise ConfigError(f"config key '{prefix}decay_fraction': must be in (0, 1], got {self.decay_fraction}")
+
+    def decay_steps(self, horizon: int) -> int:
+        """wsd: how many of a ``horizon``-step run's last steps decay."""
+        return decay_steps(self.decay_fraction, horizon)
+
+    def decay_start(self, horizon: int) -> int:
+        """wsd: the step a ``horizon``-step run's decay starts from: where its branch leaves a longer trunk."""
+        return horizon - self.decay_steps(horizon)
 
 
 @dataclass
@@ -209,8 +232,10 @@ class PretrainConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)  # SALT: a small teacher for a larger student
     selection: SelectionConfig = field(default_factory=SelectionConfig)  # SALT-DS
-    # Steps at which the model is also saved for good (snapshots/step-N.safetensors, with its cost so far):
-    # one run then serves several pretraining budgets.
+    # Pretraining budgets (in steps) one run serves besides its own, each saved for good as
+    # snapshots/step-N.safetensors with its cost. Under train.optim.schedule: cosine, the model as it is at
+    # step N of this run (a snapshot mid-decay); under wsd, a fully trained budget: a cooldown branch from
+    # this run's state at N's decay start, trained after this run as a run of N steps would end.
     snapshot_steps: list[int] = field(default_factory=list)
     output: str = "checkpoints"
 

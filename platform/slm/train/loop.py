@@ -60,7 +60,8 @@ class TrainLoop:
         self.initial_eval: dict | None = None
         self.last_eval: dict | None = None
         self.callbacks: list[cb.Callback] = [
-            cb.Throughput(), cb.Evaluator(), cb.Snapshotter(spec.snapshot_steps), cb.Checkpointer(),
+            cb.Throughput(), cb.Evaluator(), cb.Snapshotter(spec.snapshot_steps), cb.BranchPoints(spec.branch_points),
+            cb.Checkpointer(),
             cb.MetricsLogger(self.output, spec.tensorboard, "tensorboard" in self.train.loggers),
             cb.ProgressPrinter(spec.name),
         ]
@@ -143,7 +144,16 @@ class TrainLoop:
         with self.session.resume_from() as folder:
             if folder is not None:
                 self.load_state(folder)
-        if folder is not None:
+        if folder is None and self.spec.start_from:  # a cooldown branch's first start: the trunk's state
+            start = Path(self.spec.start_from)
+            reason = integrity.problem(start) if start.is_dir() else "not there"
+            if reason is not None:
+                raise RuntimeError(f"{self.spec.name}: the trunk's state at {start} cannot be started from "
+                                   f"({reason}): the trunk must train again (delete {start.parent.parent} and rerun)")
+            self.load_state(start)
+            if self.rank == 0:
+                print(f"[train] {self.spec.name}: branches from the trunk at step {self.progress.step}", flush=True)
+        elif folder is not None:
             if self.rank == 0:
                 print(f"[train] {self.spec.name}: resumed at step {self.progress.step}", flush=True)
         elif module.teacher is not None and self.spec.selection.enabled:

@@ -31,6 +31,11 @@ class WorkerSpec:
     selection: SelectionConfig = field(default_factory=SelectionConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
     snapshot_steps: list[int] = field(default_factory=list)
+    # A WSD trunk: steps at which its whole training state is kept for good (TrainOutput.branch_point), each
+    # where a smaller budget's cooldown branch leaves it.
+    branch_points: list[int] = field(default_factory=list)
+    # A cooldown branch: the trunk's state it starts from when it has no checkpoint of its own.
+    start_from: str = ""
     # Each domain's histogram over the coarse clusters (``slm.data.histogram.coarse_histograms``): how a
     # clustered method serves a domain; empty for dense methods.
     domain_h: dict[str, list[float]] = field(default_factory=dict)

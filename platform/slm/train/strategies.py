@@ -25,16 +25,33 @@ from slm.train.hardware import Precision, autocast
 
 
 def lr_lambda(optim: OptimConfig, horizon: int | None):
-    """Linear warm-up, then cosine from 1 to ``min_lr_ratio`` over ``horizon`` steps (constant if None)."""
+    """Linear warm-up, then over ``horizon`` steps (constant if None) either cosine from 1 to
+    ``min_lr_ratio`` or warmup–stable–decay: 1 until ``optim.decay_start(horizon)``, then ``decay_shape``
+    down to ``min_lr_ratio`` at the horizon. Under wsd the factor before a run's decay does not depend on
+    the horizon: a shorter run's steps up to its decay are a longer run's (the branches' premise)."""
     def factor(step: int) -> float:
         if optim.warmup_steps and step < optim.warmup_steps:
             return (step + 1) / optim.warmup_steps
         if not horizon or horizon <= optim.warmup_steps:
             return 1.0
+        if optim.schedule == "wsd":
+            start = optim.decay_start(horizon)
+            if step < start:
+                return 1.0
+            return optim.min_lr_ratio + (1 - optim.min_lr_ratio) * DECAY[optim.decay_shape](
+                min(1.0, (step - start) / optim.decay_steps(horizon)))
         progress = min(1.0, (step - optim.warmup_steps) / (horizon - optim.warmup_steps))
-        return optim.min_lr_ratio + (1 - optim.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        return optim.min_lr_ratio + (1 - optim.min_lr_ratio) * DECAY["cosine"](progress)
 
     return factor
+
+
+# A decay's shape: the share of the way from the peak to the floor still to go, at progress p in [0, 1].
+DECAY: dict[str, Callable[[float], float]] = {
+    "cosine": lambda p: 0.5 * (1 + math.cos(math.pi * p)),
+    "linear": lambda p: 1 - p,
+    "1-sqrt": lambda p: 1 - math.sqrt(p),
+}
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:

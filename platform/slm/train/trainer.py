@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -27,7 +28,14 @@ from ray.train.torch import TorchTrainer
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from slm import methods
-from slm.artifacts import file_sha256, is_complete, read_manifest, write_manifest
+from slm.artifacts import (
+    atomic_path,
+    atomic_write_json,
+    file_sha256,
+    is_complete,
+    read_manifest,
+    write_manifest,
+)
 from slm.config import ConfigError, config_hash
 from slm.data import histogram
 from slm.layout import RunLayout, TrainOutput, require
@@ -35,7 +43,14 @@ from slm.models.gpt import GPTConfig, preset, save_dense
 from slm.runtime import RayConfig, cluster_address, init_ray
 from slm.train import integrity
 from slm.train.budget import dense_flops_per_token
-from slm.train.config import PretrainConfig, SpecializeConfig, TeacherConfig, TrainConfig, TrainJob
+from slm.train.config import (
+    BudgetConfig,
+    PretrainConfig,
+    SpecializeConfig,
+    TeacherConfig,
+    TrainConfig,
+    TrainJob,
+)
 from slm.train.data import materialize, packed_arrays, valid_arrays
 from slm.train.hardware import worker_precision
 from slm.train.loop import train_here, train_worker
@@ -192,11 +207,13 @@ def pretrain(cfg: TrainJob) -> dict:
     arch = method.architecture(gpt_config(p.model, RunLayout.of(cfg).vocab_size(), seq_len), p.model, n_clusters)
     output = RunLayout.of(cfg).pretrained(p.run_name)
     check_precision(p.train, "pretrain", cfg)
+    branched = branched_budgets(p)
     spec = WorkerSpec(name=p.run_name, config_key="pretrain.train", output=str(output.dir.resolve()),
                       train=tracked(p.train, cfg),
                       arch=arch, data=str(data), valid=valid_arrays(RunLayout.of(cfg), list(cfg.corpus.domains)),
                       model=p.model, teacher=_teacher(p.teacher), selection=p.selection,
-                      snapshot_steps=sorted(p.snapshot_steps),
+                      snapshot_steps=sorted(set(p.snapshot_steps) - set(branched)),
+                      branch_points=sorted({p.train.optim.decay_start(b) for b in branched}),
                       domain_h=coarse_histograms(cfg) if method.clustered else {},
                       tensorboard=str(RunLayout.of(cfg).tensorboard("pretrain", p.run_name).resolve()))
     if p.teacher.checkpoint:
@@ -210,7 +227,63 @@ def pretrain(cfg: TrainJob) -> dict:
     extra = {"params": params, "data": str(data), "inference_flops_per_token": _inference_flops(arch)}
     if p.teacher.checkpoint:
         extra["teacher_cost"] = teacher_cost(Path(p.teacher.checkpoint))
-    return _run("pretrain", spec, output, cfg.ray, extra)
+    manifest = _run("pretrain", spec, output, cfg.ray, extra)
+    for budget in branched:
+        _branch(spec, budget, output, cfg, extra)
+    return manifest
+
+
+def branched_budgets(p: PretrainConfig) -> list[int]:
+    """The budgets a WSD run trains as cooldown branches: its snapshot steps below its own length, each
+    of whose decay starts after the warm-up (a branch's steps before its decay must be the trunk's)."""
+    optim = p.train.optim
+    if optim.schedule != "wsd" or not p.snapshot_steps:
+        return []
+    if not p.train.budget.steps:
+        raise TrainingInputError("config key 'pretrain.train.budget.steps': a WSD run with snapshot_steps (cooldown "
+                                 "branches) needs a step budget: its trunk's length")
+    horizon = p.train.budget.steps
+    beyond = sorted(s for s in p.snapshot_steps if s > horizon)
+    if beyond:
+        raise TrainingInputError(f"config key 'pretrain.snapshot_steps': {beyond} are beyond the run's "
+                                 f"{horizon} steps (pretrain.train.budget.steps)")
+    early = sorted(s for s in {*p.snapshot_steps, horizon} if optim.decay_start(s) < optim.warmup_steps)
+    if early:
+        raise TrainingInputError(
+            f"config key 'pretrain.snapshot_steps': under schedule wsd the budgets {early} would start their decay "
+            f"(decay_fraction {optim.decay_fraction}) before the warm-up's {optim.warmup_steps} steps end; "
+            f"raise them or lower pretrain.train.optim.warmup_steps")
+    return sorted(s for s in set(p.snapshot_steps) if s < horizon)
+
+
+def _branch(trunk: WorkerSpec, budget: int, output: TrainOutput, cfg: TrainJob, extra: dict) -> dict:
+    """Budget ``budget`` of a WSD trunk, fully trained: a run of ``budget`` steps that starts from the
+    trunk's state at its decay start (where a separate run of that length would be, bit for bit) and
+    decays to its end; its own folder, checkpoints and resume, skipped when complete and current. Its model
+    becomes the trunk's snapshot at ``budget``, with the cost a run of that budget pays (the trunk's steps
+    before the branch point included) and, apart, what the branch itself added (``branch_cost``)."""
+    point = trunk.train.optim.decay_start(budget)
+    start, branch = output.branch_point(point), output.branch(budget)
+    if not (start.is_dir() and integrity.problem(start) is None):
+        raise TrainingInputError(f"pretrain {trunk.name}: budget {budget} branches from the trunk's state at step "
+                                 f"{point}, which {start} does not hold whole; the trunk must train again "
+                                 f"(delete {output.dir} and rerun)")
+    name = f"{trunk.name}@{budget}"
+    spec = dataclasses.replace(
+        trunk, name=name, output=str(branch.dir.resolve()), snapshot_steps=[], branch_points=[],
+        train=dataclasses.replace(trunk.train, budget=BudgetConfig(steps=budget)), start_from=str(start.resolve()),
+        tensorboard=str(RunLayout.of(cfg).tensorboard("pretrain", name).resolve()))
+    m = _run("pretrain-branch", spec, branch, cfg.ray, {**extra, "trunk": trunk.name, "branch_point": point})
+    at_point = torch.load(start / "worker-0.pt", weights_only=True)["progress"]
+    index = json.loads(output.snapshot_index.read_text()) if output.snapshot_index.exists() else {}
+    with atomic_path(output.snapshot(budget)) as tmp:
+        shutil.copyfile(branch.model, tmp)
+    index[str(budget)] = {
+        "model": str(output.snapshot(budget)), "step": budget, "tokens": m["tokens"], "cost": m["cost"],
+        "branch": str(branch.dir), "branch_point": point,
+        "branch_cost": {k: m["cost"][k] - at_point[k] for k in ("flops", "device_seconds")}}
+    atomic_write_json(output.snapshot_index, dict(sorted(index.items(), key=lambda kv: int(kv[0]))))
+    return m
 
 
 def _inference_flops(arch: methods.Architecture) -> int:

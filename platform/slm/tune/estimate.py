@@ -226,9 +226,14 @@ def estimate(cfg: SweepJob, plan: Plan, rates: dict[str, Rate], tune: dict, slot
         periodic = r.steps // every if every else 0
         evals = 1 + periodic + (0 if every and r.steps % every == 0 else 1)  # before, every `every`, at the end
         saves = len(r.snapshots) + (r.steps // p.checkpoint_every if p.checkpoint_every else 0) + 1
+        # WSD: each cooldown branch is a run of its own (set-up, its decay's steps, an evaluation at its end
+        # and those its decay crosses), and its branch point a save of the trunk's state
+        evals += len(r.branches) + (r.branch_steps // every if every else 0)
+        saves += 2 * len(r.branches) + (r.branch_steps // p.checkpoint_every if p.checkpoint_every else 0)
         # SALT: the small teacher's forward on each KD step, at its evaluation rate.
         kd = r.kd_steps * p.batch_size * cfg.pack.seq_len / rates[small].eval_tokens_per_s if r.teacher else 0.0
-        seconds = (rate.setup_s + r.steps * rate.step_s + evals * _eval_tokens(p, valid) / rate.eval_tokens_per_s
+        seconds = ((1 + len(r.branches)) * rate.setup_s + (r.steps + r.branch_steps) * rate.step_s
+                   + evals * _eval_tokens(p, valid) / rate.eval_tokens_per_s
                    + saves * rate.save_s + kd)
         runs.append((r.name, seconds, r.teacher))
     pretrain_s = _schedule(runs, slots)

@@ -20,6 +20,7 @@ from typing import Literal
 
 from slm import methods
 from slm.config import ConfigError, config_hash
+from slm.train.config import decay_steps
 from slm.tune.config import SweepConfig
 
 
@@ -41,7 +42,8 @@ class SizeCost:
 
 @dataclass(frozen=True)
 class PretrainRun:
-    """One pretraining run, trained to ``steps`` with a snapshot at each of ``snapshots``."""
+    """One pretraining run, trained to ``steps`` with a snapshot at each of ``snapshots``: under a cosine
+    schedule the model at that step of this run, under WSD (``branches``) a cooldown branch's model."""
 
     name: str
     method: str
@@ -54,7 +56,11 @@ class PretrainRun:
     teacher: str | None = None  # SALT: the run it distils from for its first kd_steps
     kd_steps: int = 0
     eval_every: int = 0  # 0: the pretrain section's own
-    flops: float = 0.0
+    flops: float = 0.0  # what the run costs to train, its cooldown branches included
+    # Under a WSD schedule, the budgets below ``steps`` trained as cooldown branches from this run (each a
+    # fully trained model, its snapshot), and the steps those branches train beyond the trunk (their decays).
+    branches: tuple[int, ...] = ()
+    branch_steps: int = 0
     # False: trained in this part of a study only because a run or trial it owns needs it (SALT's teacher,
     # distillation's student); its trials and curves belong to the part that owns it (``sweep.part``).
     owned: bool = True
@@ -137,7 +143,8 @@ class Plan:
     @classmethod
     def from_json(cls, d: dict) -> Plan:
         """A plan as ``to_json`` wrote it (``plan.json``)."""
-        return cls(runs=tuple(PretrainRun(**{**r, "snapshots": tuple(r["snapshots"])}) for r in d["runs"]),
+        return cls(runs=tuple(PretrainRun(**{**r, "snapshots": tuple(r["snapshots"]),
+                                             "branches": tuple(r.get("branches", ()))}) for r in d["runs"]),
                    trials=tuple(Trial(**t) for t in d["trials"]),
                    sizes={k: SizeCost(**v) for k, v in d["sizes"].items()}, small=d["small"], large=d["large"],
                    histogram_entropy=dict(d.get("histogram_entropy") or {}),
@@ -156,6 +163,9 @@ class PlanInputs:
     experts: int  # SLM-mix's experts (C6)
     peak_flops: float  # per device, for the estimate
     peak_flops_source: str
+    # pretrain.train.optim under schedule wsd: its decay_fraction (the budgets below a run's length are
+    # cooldown branches, paid per budget); 0: cosine (they are snapshots of the run, paid once).
+    decay_fraction: float = 0.0
 
 
 # ---------------------------------------------------------------------------------- the sweep's rules
@@ -200,7 +210,12 @@ class _Builder:
         self.trials: list[Trial] = []
 
     def run(self, run: PretrainRun) -> None:
-        cost = self.inputs.sizes[run.size].train_flops_per_token * self.inputs.pretrain_tokens_per_step * run.steps
+        if self.inputs.decay_fraction and run.role == "grid":
+            branches = tuple(b for b in run.snapshots if b < run.steps)
+            run = replace(run, branches=branches,
+                          branch_steps=sum(decay_steps(self.inputs.decay_fraction, b) for b in branches))
+        cost = (self.inputs.sizes[run.size].train_flops_per_token * self.inputs.pretrain_tokens_per_step
+                * (run.steps + run.branch_steps))
         if run.teacher:
             cost += (self.inputs.sizes[self.small].inference_flops_per_token * self.inputs.pretrain_tokens_per_step
                      * run.kd_steps)
@@ -332,8 +347,12 @@ def part_of(runs: tuple[PretrainRun, ...], trials: tuple[Trial, ...], part: list
 
 
 def format_plan(p: Plan) -> str:
-    lines = [f"{len(p.runs)} pretraining runs (each to its largest budget, snapshots at the others):"]
-    lines += [f"  {r.name:<32} {r.steps:>7} steps  snapshots {list(r.snapshots)}  {r.flops:.3g} FLOPs"
+    wsd = any(r.branches for r in p.runs)
+    lines = [f"{len(p.runs)} pretraining runs (each to its largest budget, "
+             + ("a WSD trunk with a cooldown branch to each smaller one):" if wsd else "snapshots at the others):")]
+    lines += [f"  {r.name:<32} {r.steps:>7} steps  "
+              + (f"branches {list(r.branches)} (+{r.branch_steps} steps)" if r.branches
+                 else f"snapshots {list(r.snapshots)}") + f"  {r.flops:.3g} FLOPs"
               + (f"  teacher {r.teacher} for {r.kd_steps} steps" if r.teacher else "") for r in p.runs]
     lines.append(f"{len(p.trials)} specialization trials:")
     lines += [f"  {t.name:<48} domain {t.domain:<12} {t.flops:.3g} FLOPs"

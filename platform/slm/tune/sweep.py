@@ -8,7 +8,9 @@
    size, a zero budget, a size above the inference budget, a domain with no packed data. ``--dry-run``
    prints the plan and its estimated cost.
 2. **Pretraining**, paid once per run: trained to the largest pretraining budget with snapshots at the
-   others (``pretrain.snapshot_steps``); a finished run is skipped, an interrupted one resumes. Runs that
+   others (``pretrain.snapshot_steps``; under ``pretrain.train.optim.schedule: wsd`` each smaller budget is
+   a cooldown branch from the run, a fully trained model); a finished run is skipped, an interrupted one
+   (or branch) resumes. Runs that
    train in their own process (``pretrain.train.num_workers: 0``) run as Ray tasks, as many at once as
    the cluster's CPUs (GPUs) allow; SALT's run waits for its teacher's. Ray Train runs go one at a time.
    A sweep's models live in its own folder (``sweeps/<name>/checkpoints``, ``…/specialized``); every
@@ -146,7 +148,8 @@ def plan(cfg: SweepJob, check_data: bool = True) -> Plan:
         pretrain_tokens_per_step=p_train.batch_size * seq_len * max(1, p_train.num_workers),
         specialize_tokens_per_step=s_train.batch_size * seq_len * max(1, s_train.num_workers),
         experts=methods.get(methods.SLM_MIX).settings(cfg.pretrain.model).n_experts or cfg.cluster.k,
-        peak_flops=peak.flops, peak_flops_source=peak.source)
+        peak_flops=peak.flops, peak_flops_source=peak.source,
+        decay_fraction=p_train.optim.decay_fraction if p_train.optim.schedule == "wsd" else 0.0)
     entropy = histogram_entropy(RunLayout.of(cfg), domains) if check_data else {}
     return make_plan(sw, inputs, entropy)
 
