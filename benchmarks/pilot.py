@@ -26,7 +26,8 @@ by < 1% over the last doubling of its pretraining budget. The protocol, fixed he
   where it would fall under 1%.
 
 Each seed's trunk trains in its own process without Ray Train (``pretrain.train.num_workers=0``), as a Ray
-task of ``--threads`` threads, as many at once as the machine's cores allow. Finished runs and branches are
+task of ``--threads`` threads, as many at once as the machine's cores allow (``--in-process``: one after
+another in this process, without Ray, beside a pilot already running). Finished runs and branches are
 read back, not retrained; an interrupted one resumes from its checkpoint.
 """
 
@@ -35,7 +36,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import os
 import platform
 import subprocess
@@ -68,6 +68,8 @@ def main() -> None:
     ap.add_argument("--out-dir", help="wsd: seed<N>.json per seed, written as each finishes")
     ap.add_argument("--out", help="cosine: the JSON of the whole pilot")
     ap.add_argument("--probe", action="store_true", help="time the real steps and evaluation; train nothing")
+    ap.add_argument("--in-process", action="store_true",
+                    help="no Ray: train the runs one after another here (the data made by an earlier invocation)")
     ap.add_argument("--combine", metavar="DIR", help="fit the committed seed<N>.json of DIR; train nothing")
     args = ap.parse_args()
     if args.combine:
@@ -86,14 +88,20 @@ def main() -> None:
               f"tokenizer.vocab_size={args.vocab}", "tokenizer.max_chars=20000000", f"pack.seq_len={args.seq_len}",
               "pack.sets=[valid]"]
     cfg = load_job(None, common)
-    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     started = time.perf_counter()
-    STAGES["tokenizer"](cfg, run_dir)  # skipped when complete and current
     text = run_dir / "packed" / "generic-text"
-    if not (text / "manifest.json").exists():
-        pack(corpus_files(args.corpus)["all"], run_dir / "tokenizer" / "tokenizer.json", args.seq_len, text)
-    if not (run_dir / "packed" / "valid").exists():
-        STAGES["pack"](cfg, run_dir)
+    if args.in_process:
+        missing = [p for p in (run_dir / "tokenizer" / "tokenizer.json", text / "manifest.json",
+                               run_dir / "packed" / "valid") if not p.exists()]
+        if missing:
+            raise SystemExit(f"pilot --in-process: {missing[0]} is not made; run the pilot once without it")
+    else:
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        STAGES["tokenizer"](cfg, run_dir)  # skipped when complete and current
+        if not (text / "manifest.json").exists():
+            pack(corpus_files(args.corpus)["all"], run_dir / "tokenizer" / "tokenizer.json", args.seq_len, text)
+        if not (run_dir / "packed" / "valid").exists():
+            STAGES["pack"](cfg, run_dir)
     data_seconds = time.perf_counter() - started
     generic = json.loads((text / "manifest.json").read_text())
 
@@ -133,9 +141,15 @@ def main() -> None:
         print(json.dumps(probe(args, jobs, run_dir), indent=2))
         return
 
-    task = ray.remote(STAGES["pretrain"]).options(num_cpus=args.threads, max_retries=0)
     # Longest first: the last runs to start are the short ones, so the cores stay busy to the end.
     order = sorted(jobs, key=lambda key: -jobs[key].pretrain.train.budget.steps)
+    if args.in_process:  # one after another in this process, beside a pilot already running on this machine
+        for key in order:
+            STAGES["pretrain"](jobs[key], run_dir)
+            if args.schedule == "wsd" and args.out_dir:
+                write_seed(Path(args.out_dir), key, jobs[key], run_dir, protocol, data_seconds)
+        return
+    task = ray.remote(STAGES["pretrain"]).options(num_cpus=args.threads, max_retries=0)
     refs = {task.remote(jobs[key], run_dir): key for key in order}
     pending = list(refs)
     while pending:

@@ -27,7 +27,7 @@ def test_a_noiseless_curve_is_recovered_with_its_saturation_and_labels():
     points = [curves.Point(b, float(TRUE(b)), s) for s in range(3) for b in LADDER]
     fit = curves.fit(points)
     assert fit.form == "saturating" and fit.why == "identified"
-    assert fit.params.E == pytest.approx(3.0, rel=1e-3) and fit.params.alpha == pytest.approx(0.5, rel=1e-2)
+    assert pytest.approx(3.0, rel=1e-3) == fit.params.E and fit.params.alpha == pytest.approx(0.5, rel=1e-2)
     change = fit.change_over_doubling(16000)
     assert change.value == pytest.approx((TRUE(16000) - TRUE(8000)) / TRUE(8000), rel=1e-3)
     assert not change.extrapolated and fit.loss(64000).extrapolated

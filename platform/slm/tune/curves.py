@@ -210,9 +210,9 @@ def _fit_points(x: np.ndarray, y: np.ndarray, x0: float, form: Form) -> tuple[Pa
 
 
 def _at_bound(p: Params, y_min: float) -> str | None:
-    if p.E <= 1e-3 * y_min:
+    if 1e-3 * y_min >= p.E:
         return "E at 0 (no floor within the measured budgets)"
-    if p.E >= 0.99 * 0.999 * y_min:
+    if 0.99 * 0.999 * y_min <= p.E:
         return "E at the lowest measured loss"
     if p.alpha <= ALPHA_BOUNDS[0] * 1.01 or p.alpha >= ALPHA_BOUNDS[1] * 0.99:
         return f"α at its bound ({p.alpha:.3g})"
