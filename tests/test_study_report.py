@@ -18,7 +18,7 @@ RESULTS = Path(__file__).parents[1] / "benchmarks" / "results"
 STUDY, REPORT = RESULTS / "study", RESULTS / "study_report"
 COMPARED = ("results.csv", "curves.parquet", "plan.json", "report/claims.md", "report/summary.md",
             "report/pretrain_cost.png", "report/specialize_cost.png", "report/domain_tokens.png",
-            "report/inference_size.png", "report/pretrain_curves.png")
+            "report/inference_size.png", "report/pretrain_curves.png", "report/fitted_curves.png")
 
 
 @pytest.mark.skipif(not REPORT.exists(), reason="the study's combined report is not committed yet: its parts are "

@@ -13,16 +13,24 @@ ties broken by C_total(N) = C_generic + N·C_specialization. It comes with its m
 to the best admissible setting of another method or size, with its 95% interval (Welch's t over the
 seeds, ``slm.tune.stats``). A margin whose interval includes zero is called a tie, and every setting within noise of the winner is named; with one seed
 per setting the margin has no error and the advice says the spread is unknown (``slm.tune.results``).
-Budgets are in FLOPs (or device-seconds with ``unit="device_seconds"``). Nothing is extrapolated: a
-request beyond every measured row is answered with the best measured row and a plain statement that the
-request lies outside the sweep.
+Budgets are in FLOPs (or device-seconds with ``unit="device_seconds"``). The measured answer extrapolates
+nothing: a request beyond every measured row is answered with the best measured row and a plain statement
+that the request lies outside the sweep.
+
+Beside it, **the curves' answer** (``slm.tune.ladder``, FLOPs only): each family's fitted loss-vs-pretraining
+curve read at exactly the pretraining the budgets allow it, with its 95% interval across seeds, labelled an
+extrapolation when that lies outside the budgets the family was measured at; the margin to the best other
+method or size, paired by seed; and where each pair of methods' curves cross (or that they do not).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import math
+
 from slm.methods import display
+from slm.tune import ladder
 from slm.tune.results import aggregate, difference, menu, ppl, read_table
 from slm.tune.stats import separable
 
@@ -38,6 +46,7 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
         raise ValueError(f"unit must be 'flops' or 'device_seconds', got {unit!r}")
     if domains < 1:
         raise ValueError(f"--domains must be at least 1, got {domains}")
+    trials = rows
     rows = [r for r in menu(aggregate(rows)) if domain is None or r["domain"] == domain]
     if not rows:
         raise ValueError("no measured row" + (f" for domain {domain!r}" if domain else ""))
@@ -59,10 +68,11 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
                          f"a larger model or longer run could do better, but the sweep did not measure it")
         if limit[key] < low:
             notes.append(f"the {key} budget {limit[key]:.3g} is below everything measured (min {low:.3g})")
+    from_curves = curve_advice(trials, domain=domain, **limit) if unit == "flops" else None
     if not admissible:
         return {"answer": None, "evidence": [], "excluded": excluded(rows, None, value, limit), "notes": notes + [
             "no measured row fits all the budgets: the request lies outside what was measured; "
-            "widen the sweep (smaller sizes, fewer steps) to answer it"]}
+            "widen the sweep (smaller sizes, fewer steps) to answer it"], "curves": from_curves}
     ranked = sorted(admissible, key=lambda r: (r["perplexity"], total(r)))
     best = ranked[0]
     evidence = [{**{k: r[k] for k in ("trial", "method", "size", "pretrain_steps", "domain", "domain_tokens",
@@ -89,7 +99,42 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
                        "perplexity": best["perplexity"], "perplexity_se": best["perplexity_se"], "n": best["n"],
                        "accuracy": best["accuracy"], "total": total(best), "unit": unit, "domains": domains,
                        "margin": margin, "tie": bool(tied), "tied_with": tied},
-            "evidence": evidence, "excluded": excluded(rows, best, value, limit), "notes": notes}
+            "evidence": evidence, "excluded": excluded(rows, best, value, limit), "notes": notes,
+            "curves": from_curves}
+
+
+def curve_advice(trials: list[dict], *, pretrain: float, specialization: float, inference: float,
+                 domain_tokens: int, domain: str | None) -> dict:
+    """The curves' answer at exactly these budgets (see the module's docstring)."""
+    fams = ladder.families(trials)
+    predictions, notes = ladder.predict(fams, pretrain_budget=pretrain, specialization_budget=specialization,
+                                        inference_budget=inference, domain_tokens=domain_tokens, domain=domain)
+
+    def entry(p: ladder.Prediction) -> dict:
+        ppl_value, low, high = p.perplexity
+        return {"family": p.family.name, "method": p.family.method, "size": p.family.size,
+                "domain": p.family.domain, "domain_tokens": p.family.domain_tokens,
+                "specialize_steps": p.family.specialize_steps, "pretrain_flops": p.pretrain_flops,
+                "perplexity": ppl_value, "low": low, "high": high, "extrapolated": p.loss.extrapolated,
+                "measured_from": p.family.fit.span[0], "measured_to": p.family.fit.span[1],
+                "form": p.family.fit.form, "why": p.family.fit.why, "seeds": len(p.family.fit.per_seed)}
+
+    if not predictions:
+        return {"answer": None, "predictions": [], "margin": None, "crossings": [], "notes": notes or [
+            "no family of settings within these budgets has a fitted curve"]}
+    best = predictions[0]
+    margin = None
+    rival = next((p for p in predictions if (p.family.method, p.family.size) != (best.family.method, best.family.size)),
+                 None)
+    if rival is not None:
+        d = ladder.difference(best, rival)
+        margin = {"runner_up": rival.family.name, "method": rival.family.method, "size": rival.family.size,
+                  "ratio": math.exp(d.value), "low": math.exp(d.low), "high": math.exp(d.high),
+                  "separable": d.low > 0 or d.high < 0, "extrapolated": d.extrapolated}
+    shown = {p.family.cell for p in predictions[:5]}
+    cross = [ladder.describe_crossing(c) for c in ladder.crossings(fams) if c.a.cell in shown]
+    return {"answer": entry(best), "predictions": [entry(p) for p in predictions[:5]], "margin": margin,
+            "crossings": cross, "notes": notes}
 
 
 def over_budget(r: dict, value: dict, limit: dict) -> dict[str, dict]:
@@ -142,7 +187,38 @@ def format_advice(a: dict) -> str:
             lines.append(f"- {display(e['method'])[0]} (`{e['method']}`) at size {e['size']}: {ppl(e)} "
                          f"({e['trial']}); over budget: {over}")
     lines += [f"Note: {n}." for n in a["notes"]]
+    if a.get("curves"):
+        lines += ["", *format_curve_advice(a["curves"])]
     return "\n".join(lines)
+
+
+def format_curve_advice(c: dict) -> list[str]:
+    lines = ["From the fitted curves, at exactly these budgets (loss vs pretraining FLOPs per family; 95% "
+             "intervals across seeds):"]
+    if c["answer"] is None:
+        return lines + [f"- {n}" for n in c["notes"]]
+
+    def said(e: dict) -> str:
+        where = ("EXTRAPOLATED beyond the measured " if e["extrapolated"] else "interpolated within the measured ") \
+            + f"{e['measured_from']:.3g}-{e['measured_to']:.3g}"
+        spread = (f"{e['low']:.2f} to {e['high']:.2f}" if math.isfinite(e["high"]) and e["low"] > 0
+                  else "interval unknown: fewer than two seeds")
+        return (f"{e['method']} at size {e['size']} ({e['domain']}, {e['domain_tokens']:,} in-domain tokens, "
+                f"{e['specialize_steps']} spec. steps), pretrained with {e['pretrain_flops']:.3g} FLOPs: perplexity "
+                f"{e['perplexity']:.2f} ({spread}; {where}; {e['form']}, seeds: {e['seeds']})")
+
+    lines.append(f"Build {said(c['answer'])}.")
+    m = c["margin"]
+    if m:
+        verdict = "separable" if m["separable"] else "a tie (the interval includes 1)"
+        lines.append(f"Margin: {m['method']} at size {m['size']} has {m['ratio']:.3f}× its perplexity (95% interval "
+                     f"{m['low']:.3f} to {m['high']:.3f}, paired by seed): {verdict}"
+                     + ("; extrapolated" if m["extrapolated"] else "") + ".")
+    lines += ["Next best:"] + [f"- {said(e)}" for e in c["predictions"][1:]]
+    if c["crossings"]:
+        lines += ["Where the curves cross:"] + [f"- {x}" for x in c["crossings"]]
+    lines += [f"Note: {n}." for n in c["notes"]]
+    return lines
 
 
 def advise_sweep(sweep: str | Path, **kwargs) -> dict:

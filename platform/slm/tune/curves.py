@@ -97,7 +97,7 @@ class Fit:
     def _t(self) -> float:
         return float(stats.t.ppf(0.5 + self.level / 2, len(self.per_seed) - 1))
 
-    def _interval(self, value: float, per_seed: list[float], extrapolated: bool, log: bool = False) -> Interval:
+    def across_seeds(self, value: float, per_seed: list[float], extrapolated: bool, log: bool = False) -> Interval:
         """``value`` ± t·sd(per seed)/√n; on a log scale for budgets (a crossing, a saturation budget)."""
         n = len(per_seed)
         if n < 2 or not all(math.isfinite(v) for v in per_seed):
@@ -111,7 +111,7 @@ class Fit:
     def loss(self, x: float) -> Interval:
         """The mean loss at budget ``x`` (a confidence interval for the curve; across seeds)."""
         self._require()
-        return self._interval(float(self.params(x)), [float(p(x)) for p in self.per_seed.values()], not self.inside(x))
+        return self.across_seeds(float(self.params(x)), [float(p(x)) for p in self.per_seed.values()], not self.inside(x))
 
     def predict_mean(self, x: float, runs: int) -> Interval:
         """Where the mean of ``runs`` new seeds' losses at ``x`` falls: the curve's own uncertainty and the
@@ -133,7 +133,7 @@ class Fit:
         def change(p: Params) -> float:
             return float((p(x) - p(x / 2)) / p(x / 2))
 
-        return self._interval(change(self.params), [change(p) for p in self.per_seed.values()],
+        return self.across_seeds(change(self.params), [change(p) for p in self.per_seed.values()],
                               not (self.inside(x) and self.inside(x / 2)))
 
     def saturation_budget(self, threshold: float) -> Interval | None:
@@ -146,7 +146,7 @@ class Fit:
             return None
         per_seed = [_saturation(p, threshold, self.span) for p in self.per_seed.values()]
         per_seed = [math.inf if v is None else v for v in per_seed]
-        return self._interval(found, per_seed, not self.inside(found), log=True)
+        return self.across_seeds(found, per_seed, not self.inside(found), log=True)
 
     def _require(self) -> None:
         if not self.fitted:
@@ -327,5 +327,5 @@ def crossing(a: Fit, b: Fit, low: float, high: float) -> Crossing:
     below = "a" if a.params(after) < b.params(after) else "b"
     measured = max(a.span[0], b.span[0]) <= at <= min(a.span[1], b.span[1])
     values = [math.inf if v is None else v for v in per_seed]
-    interval = a._interval(at, values, not measured, log=True) if len(shared) >= 2 else Interval(at, 0.0, math.inf, not measured)
+    interval = a.across_seeds(at, values, not measured, log=True) if len(shared) >= 2 else Interval(at, 0.0, math.inf, not measured)
     return Crossing(interval, low, high, below, len(crossed), len(shared))

@@ -41,6 +41,9 @@ FIGURES = {  # what each of report.py's plots shows, in the order a reader wants
     "specialize_cost.png": "Against the cost per domain: specialization, plus SLM-is's domain-specific pretraining.",
     "inference_size.png": "Against the total cost for one domain, a panel per served model size.",
     "domain_tokens.png": "Against the total cost for one domain, a panel per in-domain data size.",
+    "fitted_curves.png": "Each method's specialized perplexity against its pretraining FLOPs with the curve "
+                         "L = E + A·C^−α fitted through its budgets (dashed beyond them) and its 95% band across "
+                         "seeds; dotted lines where two methods' curves cross (summary.md lists them).",
     "pretrain_curves.png": "Each pretraining run's macro valid loss against its steps (its seeds as lines): where "
                            "the generic model saturates, and how SALT's run compares with its baseline's.",
 }

@@ -35,6 +35,7 @@ import numpy as np
 
 from slm import methods
 from slm.artifacts import atomic_path, atomic_write_json, atomic_write_text
+from slm.tune import ladder
 from slm.tune.claims import Design, write_claims
 from slm.tune.page import page
 from slm.tune.plan import DataFingerprint, Plan, seed_suffix
@@ -254,6 +255,102 @@ def _curves_figure(path: Path, curves: list[dict]) -> None:
     _save(plt, fig, path)
 
 
+def _fitted_figure(path: Path, fams: list[ladder.Family], crossings: list[ladder.CellCrossing]) -> bool:
+    """``fitted_curves.png``: a panel per cell (size, domain, in-domain tokens, specialization steps), each
+    method's measured means (± standard error over seeds) against its pretraining FLOPs, its fitted curve
+    (dashed beyond the measured budgets) and the 95% band across seeds; where two curves cross, a dotted
+    line. False (no figure) when no family has a curve."""
+    cells: dict[tuple, list[ladder.Family]] = {}
+    for f in fams:
+        if f.fit.fitted:
+            cells.setdefault(f.cell, []).append(f)
+    if not cells:
+        return False
+    plt = _pyplot()
+    n_cols = min(4, len(cells))
+    n_rows = -(-len(cells) // n_cols)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.4 * n_cols + 2.4, 3.6 * n_rows + 0.5), squeeze=False,
+                             layout="constrained")
+    shown: dict[str, object] = {}
+    for k, (cell, members) in enumerate(sorted(cells.items(), key=lambda kv: tuple(map(str, kv[0])))):
+        ax = axes[k // n_cols][k % n_cols]
+        every_x, every_y = [], []
+        for f in members:
+            color = methods.get(f.method).color
+            by_x: dict[float, list[float]] = {}
+            for point in f.fit.points:
+                by_x.setdefault(point.x, []).append(math.exp(point.y))
+            xs = sorted(by_x)
+            means = [float(np.mean(by_x[x])) for x in xs]
+            errors = [float(np.std(by_x[x], ddof=1) / math.sqrt(len(by_x[x]))) if len(by_x[x]) > 1 else 0.0 for x in xs]
+            ax.errorbar(xs, means, yerr=errors, fmt="o", color=color, markersize=4, capsize=2)
+            lo, hi = f.fit.span
+            grid = np.geomspace(lo / 1.5, hi * 4, 80)
+            inside = (grid >= lo) & (grid <= hi)
+            curve = np.exp(np.asarray(f.fit.params(grid)))
+            (line,) = ax.plot(grid[inside], curve[inside], color=color, linewidth=1.4)
+            ax.plot(grid[grid <= lo], curve[grid <= lo], color=color, linewidth=1.0, linestyle="--")
+            ax.plot(grid[grid >= hi], curve[grid >= hi], color=color, linewidth=1.0, linestyle="--")
+            band = [f.fit.loss(float(x)) for x in grid]
+            if all(math.isfinite(b.high) for b in band):
+                ax.fill_between(grid, [math.exp(b.low) for b in band], [math.exp(b.high) for b in band], color=color,
+                                alpha=0.15, linewidth=0)
+            shown.setdefault(f"{methods.display(f.method)[0]} ({f.fit.form})", line)
+            every_x += [float(grid[0]), float(grid[-1])]
+            every_y += means + [float(curve.min()), float(curve.max())]
+        for c in crossings:
+            if c.a.cell == cell and c.crossing.at is not None and c.crossing.at.value <= max(every_x):
+                ax.axvline(c.crossing.at.value, color="0.4", linestyle=":", linewidth=1)
+        size, domain, tokens, steps = cell
+        ax.set_title(f"{domain}: {size}, {tokens:,} tokens, {steps} spec. steps", fontsize=9)
+        ax.set_xscale("log")
+        _log_x(ax, every_x)
+        _log_y(ax, every_y)
+        ax.set_xlabel("pretraining FLOPs")
+        ax.set_ylabel("specialized perplexity")
+        ax.grid(alpha=0.3)
+    for k in range(len(cells), n_rows * n_cols):
+        axes[k // n_cols][k % n_cols].set_visible(False)
+    fig.legend(list(shown.values()), list(shown), loc="outside right upper", fontsize=8)
+    fig.suptitle("Fitted L = E + A·C^−α per method (log-perplexity against pretraining FLOPs): points the means "
+                 "± 1 s.e. over seeds, solid within the measured budgets, dashed beyond, the band the 95% interval "
+                 "across seeds; dotted: where two methods' curves cross", fontsize=8, x=0.01,
+                 horizontalalignment="left")
+    _save(plt, fig, path)
+    return True
+
+
+def curve_lines(fams: list[ladder.Family], crossings: list[ladder.CellCrossing], trained: bool) -> list[str]:
+    """summary.md's section on the fitted curves: each family's form and parameters, or why it has none,
+    and every crossing; ``trained``: whether the budgets are fully trained models (WSD branches), else
+    the curves are said to be through snapshots."""
+    lines = ["", "Fitted curves (each family's specialized log-perplexity against its pretraining FLOPs, "
+             "L = E + A·(C/C0)^−α; `slm advise` reads them at any budget):", ""]
+    if not trained:
+        lines += ["**These budgets are snapshots of one cosine run per method, not fully trained models** (a snapshot "
+                  "at 0.6 of the run has its learning rate at ~35% of the peak): a curve through them is biased "
+                  "against the smaller budgets, and so is every crossing below. A sweep under "
+                  "`pretrain.train.optim.schedule: wsd` trains each budget fully (docs/budgets.md).", ""]
+    lines += ["| family | form | E | A | α | C0 | budgets | seeds | why |", "|---|---|---|---|---|---|---|---|---|"]
+    for f in fams:
+        p = f.fit.params
+        numbers = (f"{p.E:.4g} | {p.A:.4g} | {p.alpha:.3g} | {p.x0:.3g}" if p else "— | — | — | —")
+        lines.append(f"| {f.name} | {f.fit.form or 'none'} | {numbers} | {len(f.fit.budgets)} | "
+                     f"{len(f.fit.seeds)} | {f.fit.why} |")
+    if crossings:
+        lines += ["", "Where two methods' curves cross (95% interval across seeds, paired):", ""]
+        lines += [f"- {c.a.cell[1]}, {c.a.cell[0]}, {c.a.cell[2]:,} tokens, {c.a.cell[3]} spec. steps: "
+                  f"{ladder.describe_crossing(c)}" for c in crossings]
+    return lines
+
+
+def fully_trained(plan: Plan) -> bool:
+    """Whether every pretraining budget of the plan's grid is a fully trained model: a WSD trunk's own or one
+    of its branches (a run with one budget is trained to it either way)."""
+    grid = [r for r in plan.runs if r.role == "grid"]
+    return all(len(r.snapshots) <= 1 or r.branches for r in grid)
+
+
 def saturation(curves: list[dict], small: str) -> list[dict]:
     """Whether the generic model of the small size saturated (the crossovers of C1-C3 need it): for each
     of its runs, the macro valid loss at its last evaluation and at half those steps, the relative change
@@ -437,9 +534,14 @@ def report(sweep: str | Path, out: str | Path | None = None) -> dict:
     (out / "pretrain_curves.png").unlink(missing_ok=True)
     if curves:
         _curves_figure(out / "pretrain_curves.png", curves)
+    fams = ladder.families(trials)
+    crossed = ladder.crossings(fams)
+    (out / "fitted_curves.png").unlink(missing_ok=True)
+    _fitted_figure(out / "fitted_curves.png", fams, crossed)
     plots = sorted(p.name for p in out.glob("*.png"))
     summary = markdown(rows, trials=sum(finite(t["perplexity"]) for t in trials), plots=plots,
-                       saturated=saturation(curves, plan.small))
+                       saturated=saturation(curves, plan.small),
+                       fitted=curve_lines(fams, crossed, trained=fully_trained(plan)))
     atomic_write_text(out / "summary.md", summary)
     claims = write_claims(trials, Design.of(plan), out, curves)
     for r in rows:
@@ -452,7 +554,8 @@ def report(sweep: str | Path, out: str | Path | None = None) -> dict:
             "claims": {c.id: c.verdict for c in claims}}
 
 
-def markdown(rows: list[dict], trials: int, plots: list[str] = (), saturated: list[dict] = ()) -> str:
+def markdown(rows: list[dict], trials: int, plots: list[str] = (), saturated: list[dict] = (),
+             fitted: list[str] = ()) -> str:
     """summary.md: the best setting per method, the Pareto front and what is within noise of it; methods by
     the papers' names (as the plots say them) with the config name beside; ``plots``: the figures written;
     ``saturated``: the generic model's saturation (``saturation``), when the sweep logged its curves."""
@@ -488,6 +591,7 @@ def markdown(rows: list[dict], trials: int, plots: list[str] = (), saturated: li
             change = f"{s['change']:+.2%}" if s["change"] is not None else "unknown"
             verdict = {True: "yes", False: "**no**", None: "unknown"}[s["saturated"]]
             lines.append(f"| {s['run']} | {s['steps']:,} | {half} | {s['loss']:.4f} | {change} | {verdict} |")
+    lines += list(fitted)
     if plots:
         lines += ["", "Plots: " + ", ".join(f"`{name}`" for name in plots) + "."]
     return "\n".join(lines) + "\n"
