@@ -25,9 +25,8 @@ method or size, paired by seed; and where each pair of methods' curves cross (or
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import math
+from pathlib import Path
 
 from slm.methods import display
 from slm.tune import ladder
