@@ -130,7 +130,8 @@ def main() -> None:
         protocol |= {"runs": "one WSD trunk per seed to the largest budget, a cooldown branch to each smaller one",
                      "warmup_steps": args.warmup, "decay_fraction": args.decay_fraction, "decay_shape": "1-sqrt",
                      "min_lr_ratio": 0.0}
-        jobs = {(size, seed): load_job(None, train(size, max(args.steps), f"pilot-{size}-wsd-seed{seed}", seed,
+        ladder = "" if (args.batch, max(args.steps)) == (32, max(LADDER)) else f"-b{args.batch}-s{max(args.steps)}"
+        jobs = {(size, seed): load_job(None, train(size, max(args.steps), f"pilot-{size}-wsd{ladder}-seed{seed}", seed,
                                                    f"pretrain.snapshot_steps={sorted(args.steps)}"))
                 for size in args.sizes for seed in args.seeds}
     else:

@@ -96,3 +96,13 @@ def _solve(p: curves.Params, q: curves.Params) -> float:
     from scipy.optimize import brentq
 
     return math.exp(brentq(lambda u: float(p(math.exp(u)) - q(math.exp(u))), math.log(500), math.log(16000)))
+
+
+def test_saturation_is_decided_only_when_its_interval_is_on_one_side():
+    rng = np.random.default_rng(3)
+    flat = curves.Params(E=3.0, A=0.05, alpha=0.5, x0=2000.0)  # −0.4% over 8k → 16k
+    steep = curves.Params(E=3.0, A=1.5, alpha=0.5, x0=2000.0)  # −5.5%
+    assert curves.saturation(curves.fit(sample(rng, 3, LADDER, flat, 0.001, 0.0005)), 0.01).saturated is True
+    result = curves.saturation(curves.fit(sample(rng, 3, LADDER, steep, 0.001, 0.0005)), 0.01)
+    assert result.saturated is False and result.change.high < -0.01
+    assert result.budget is not None and result.budget.value > 16000 and result.to_json()["budget_beyond"] is None

@@ -532,3 +532,37 @@ def test_each_trials_actor_is_named_after_its_trial(tmp_path):
                           timeout=600, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["generic-d2-seed1", "generic-d2-seed2"]
+
+
+@pytest.mark.ray
+def test_a_wsd_sweep_trains_every_budget_and_reports_the_curves_through_them(train_run, slm_cli):
+    """Issue 43 at CI size: under `pretrain.train.optim.schedule: wsd` every smaller budget of a sweep is a
+    cooldown branch (its own folder, its snapshot, its final evaluation in curves.parquet); the report fits
+    the generic model's saturation and every family's curve through the fully trained budgets, and
+    `slm advise` answers between and beyond them."""
+    common = train_overrides(
+        train_run, "sweep.methods=[generic, soup]", "sweep.sizes=[tiny]", "sweep.domains=[legal]",
+        "resample.domains=[]", "sweep.pretrain_steps=[10, 20, 40, 80]", "sweep.domain_tokens=[3200]",
+        "sweep.specialize_steps=[5]", "sweep.seeds=[0, 1, 2]", "sweep.name=wsd",
+        "pretrain.train.optim.schedule=wsd", "pretrain.train.optim.warmup_steps=4",
+        "pretrain.train.optim.decay_fraction=0.25", "pretrain.train.checkpoint_every=0",
+        "pretrain.train.eval_every=0", "pretrain.model.soup.experts=2",
+        "specialize.train.checkpoint_every=0", "ray.include_dashboard=false", "ray.num_cpus=2")
+    dry = slm_cli("sweep", "jobs/sweeps/quickstart.yaml", "--dry-run", *common).stdout
+    assert "a WSD trunk with a cooldown branch to each smaller one" in dry and "branches [10, 20, 40] (+18 steps)" in dry
+    slm_cli("sweep", "jobs/sweeps/quickstart.yaml", *common)
+    sweep = train_run.run.dir / "sweeps" / "wsd"
+    trunk = sweep / "checkpoints" / "generic-tiny-seed1"
+    index = json.loads((trunk / "snapshots" / "snapshots.json").read_text())
+    assert sorted(index, key=int) == ["10", "20", "40", "80"]
+    assert index["20"]["branch_point"] == 15 and (trunk / "branches" / f"step-{20:08d}" / "model.safetensors").exists()
+    curves = pq.read_table(sweep / "curves.parquet").to_pylist()
+    assert {(r["run"], r["step"]) for r in curves if r["role"] == "branch" and r["seed"] == 1} >= {
+        ("generic-tiny-seed1@10", 10), ("generic-tiny-seed1@40", 40)}
+    summary = (sweep / "report" / "summary.md").read_text()
+    assert "The generic model's saturation, from the curve through its fully trained budgets" in summary
+    assert "| generic-tiny-legal-t3200-s5 |" in summary and "snapshots of one cosine run" not in summary
+    assert (sweep / "report" / "fitted_curves.png").exists()
+    advice = slm_cli("advise", "--sweep", str(sweep), "--pretrain-budget", "1e12", "--specialization-budget", "1e12",
+                     "--inference-budget", "1e9", "--domain-tokens", "3200").stdout
+    assert "From the fitted curves, at exactly these budgets" in advice and "EXTRAPOLATED beyond the measured" in advice

@@ -27,8 +27,9 @@ from slm.runtime import RayConfig
 
 def decay_steps(decay_fraction: float, horizon: int) -> int:
     """Under wsd, how many of a ``horizon``-step run's last steps decay (at least one): what its cooldown
-    branch trains beyond the trunk (the sweep's plan pays it per budget)."""
-    return max(1, round(decay_fraction * horizon))
+    branch trains beyond the trunk (the sweep's plan pays it per budget). Halves round up (``round`` would
+    take 2.5 to 2)."""
+    return max(1, math.floor(decay_fraction * horizon + 0.5))
 
 
 @dataclass

@@ -159,6 +159,37 @@ class Fit:
                 "seed_sd": self.seed_sd, "seed_dof": self.seed_dof, "level": self.level}
 
 
+@dataclass(frozen=True)
+class Saturation:
+    """Whether a curve has saturated at its largest measured budget: the change over the doubling that ends
+    there (``change``), decided against ``threshold`` only when its whole interval is on one side
+    (``saturated``: True, False, or None when the interval straddles it), and the budget from which a
+    doubling would change the loss by less (``budget``; None: not within EXTRAPOLATION_LIMIT × the largest)."""
+
+    largest: float
+    change: Interval
+    threshold: float
+    saturated: bool | None
+    budget: Interval | None
+
+    def to_json(self) -> dict:
+        return {"largest": self.largest, "change": self.change.to_json(), "threshold": self.threshold,
+                "saturated": self.saturated, "budget": self.budget.to_json() if self.budget else None,
+                "budget_beyond": None if self.budget else self.largest * EXTRAPOLATION_LIMIT}
+
+
+def saturation(fit: Fit, threshold: float) -> Saturation:
+    largest = fit.span[1]
+    change = fit.change_over_doubling(largest)
+    if -threshold < change.low and change.high < threshold:
+        saturated: bool | None = True
+    elif change.high <= -threshold or change.low >= threshold:
+        saturated = False
+    else:
+        saturated = None
+    return Saturation(largest, change, threshold, saturated, fit.saturation_budget(threshold))
+
+
 def _saturation(p: Params, threshold: float, span: tuple[float, float]) -> float | None:
     def excess(log_x: float) -> float:
         x = math.exp(log_x)

@@ -35,6 +35,7 @@ import numpy as np
 
 from slm import methods
 from slm.artifacts import atomic_path, atomic_write_json, atomic_write_text
+from slm.tune import curves as fits
 from slm.tune import ladder
 from slm.tune.claims import Design, write_claims
 from slm.tune.page import page
@@ -230,7 +231,7 @@ def _curves_figure(path: Path, curves: list[dict]) -> None:
     of different sizes and data differ by more than their curves' tails)."""
     plt = _pyplot()
     families: dict[str, dict[int | None, list[dict]]] = {}
-    for point in curves:
+    for point in (p for p in curves if p["role"] != "branch"):  # a branch's one point: the fitted saturation's
         family = point["run"].removesuffix(seed_suffix(point["seed"]))  # generic-d1-seed0 -> generic-d1
         families.setdefault(family, {}).setdefault(point["seed"], []).append(point)
     n_cols = min(3, len(families))
@@ -344,6 +345,11 @@ def curve_lines(fams: list[ladder.Family], crossings: list[ladder.CellCrossing],
     return lines
 
 
+def _tokens_per_step(curves_rows: list[dict]) -> float | None:
+    steps = [p for p in curves_rows if p["role"] in ("grid", "branch") and p["step"]]
+    return steps[0]["tokens"] / steps[0]["step"] if steps else None
+
+
 def fully_trained(plan: Plan) -> bool:
     """Whether every pretraining budget of the plan's grid is a fully trained model: a WSD trunk's own or one
     of its branches (a run with one budget is trained to it either way)."""
@@ -358,7 +364,7 @@ def saturation(curves: list[dict], small: str) -> list[dict]:
     evaluation at half its steps)."""
     runs: dict[str, dict[int, dict]] = {}
     for point in curves:
-        if point["method"] == "generic" and point["size"] == small:
+        if point["method"] == "generic" and point["size"] == small and point["role"] != "branch":
             runs.setdefault(point["run"], {})[point["step"]] = point
     rows = []
     for name, points in sorted(runs.items()):
@@ -369,6 +375,54 @@ def saturation(curves: list[dict], small: str) -> list[dict]:
                      "half_steps": last // 2, "half_loss": half["loss"] if half else None, "change": change,
                      "saturated": None if change is None or not math.isfinite(change) else abs(change) < SATURATED})
     return rows
+
+
+def fitted_saturation(curves_rows: list[dict], small: str) -> tuple[fits.Fit, fits.Saturation] | None:
+    """The generic small model's saturation read from the curve through its fully trained budgets (a WSD
+    sweep's trunks' last evaluations and their branches'), seeds the replication unit; None without three
+    budgets."""
+    points = []
+    trunks: dict[str, dict] = {}
+    for p in curves_rows:
+        if p["method"] != methods.BASELINE or p["size"] != small:
+            continue
+        if p["role"] == "branch":
+            points.append(fits.Point(p["step"], p["loss"], p["seed"]))
+        elif p["role"] == "grid" and p["step"] >= trunks.get(p["run"], {"step": -1})["step"]:
+            trunks[p["run"]] = p
+    points += [fits.Point(p["step"], p["loss"], p["seed"]) for p in trunks.values()]
+    if not any(p["role"] == "branch" for p in curves_rows) or len({p.x for p in points}) < 3:
+        return None
+    fit = fits.fit(points)
+    return (fit, fits.saturation(fit, SATURATED)) if fit.fitted else None
+
+
+def saturation_lines(found: tuple[fits.Fit, fits.Saturation] | None, params: int | None,
+                     tokens_per_step: float | None) -> list[str]:
+    """summary.md's lines on the fitted saturation (nothing when there is no curve)."""
+    if found is None:
+        return []
+    fit, s = found
+    c = s.change
+    verdict = {True: "saturated", False: "**not saturated**", None: "undecided (the interval straddles the bar)"}[
+        s.saturated]
+
+    def per_param(steps: float) -> str:
+        return f", {steps * tokens_per_step / params:,.0f} tokens per parameter" if params and tokens_per_step else ""
+
+    lines = ["", f"The generic model's saturation, from the curve through its fully trained budgets ({fit.form}; "
+             f"{fit.why}; {len(fit.per_seed)} seeds): the macro valid loss changes by {c.value:+.2%} over the doubling "
+             f"to {s.largest:,.0f} steps (95% interval {c.low:+.2%} to {c.high:+.2%}{per_param(s.largest)}): "
+             f"{verdict} against {SATURATED:.0%}."]
+    if s.budget is None:
+        lines.append(f"A doubling would change it by under {SATURATED:.0%} only beyond "
+                     f"{s.largest * fits.EXTRAPOLATION_LIMIT:,.0g} steps (beyond the measured range).")
+    else:
+        b = s.budget
+        high = f"{b.high:,.0f}" if math.isfinite(b.high) else "unbounded (some seeds never get there)"
+        lines.append(f"A doubling changes it by under {SATURATED:.0%} from {b.value:,.0f} steps (95% interval "
+                     f"{b.low:,.0f} to {high}{per_param(b.value)})" + ("; extrapolated" if b.extrapolated else "") + ".")
+    return lines
 
 
 def served_size(rows: list[dict], size: str) -> str:
@@ -539,9 +593,12 @@ def report(sweep: str | Path, out: str | Path | None = None) -> dict:
     (out / "fitted_curves.png").unlink(missing_ok=True)
     _fitted_figure(out / "fitted_curves.png", fams, crossed)
     plots = sorted(p.name for p in out.glob("*.png"))
+    small = [r for r in rows if r["size"] == plan.small]
+    fitted = saturation_lines(fitted_saturation(curves, plan.small), small[0]["params"] if small else None,
+                              _tokens_per_step(curves))
     summary = markdown(rows, trials=sum(finite(t["perplexity"]) for t in trials), plots=plots,
                        saturated=saturation(curves, plan.small),
-                       fitted=curve_lines(fams, crossed, trained=fully_trained(plan)))
+                       fitted=fitted + curve_lines(fams, crossed, trained=fully_trained(plan)))
     atomic_write_text(out / "summary.md", summary)
     claims = write_claims(trials, Design.of(plan), out, curves)
     for r in rows:

@@ -197,20 +197,25 @@ def menu(rows: list[dict]) -> list[dict]:
 def write_curves(runs: tuple[PretrainRun, ...], layout: RunLayout, out: Path) -> Path:
     """Every evaluation the pretraining runs logged (``metrics.jsonl`` rows with ``eval.macro.*``: the
     macro average over the valid domains of the model each domain is served by), a row each, in
-    ``curves.parquet``: how each run's valid loss fell with its steps (C5, the saturation check)."""
+    ``curves.parquet``: how each run's valid loss fell with its steps (C5, the saturation check). A WSD
+    run's cooldown branches add their final evaluation each (run ``<run>@<budget>``, role ``branch``): the
+    loss of every fully trained budget, which the report fits for the saturation."""
     rows = []
     for run in (r for r in runs if r.owned):  # a run a part trained only as a dependency: its owner's curve
-        log = layout.pretrained(run.name).metrics
-        seen: dict[int, dict] = {}  # a resumed run logs the steps after its checkpoint twice: keep the last
-        for line in log.read_text().splitlines() if log.exists() else []:
-            m = json.loads(line)
-            if "eval.macro.loss" in m:
-                seen[m["step"]] = m
-        for step, m in sorted(seen.items()):
-            rows.append({"run": run.name, "role": run.role, "method": run.method, "size": run.size,
-                         "seed": run.seed, "step": step, "tokens": m["tokens"], "flops": m["flops"],
-                         "loss": m["eval.macro.loss"], "perplexity": m["eval.macro.perplexity"],
-                         "accuracy": m["eval.macro.accuracy"]})
+        output = layout.pretrained(run.name)
+        logs = [(run.name, run.role, output.metrics, None)] + [
+            (f"{run.name}@{b}", "branch", output.branch(b).metrics, b) for b in run.branches]
+        for name, role, log, final in logs:
+            seen: dict[int, dict] = {}  # a resumed run logs the steps after its checkpoint twice: keep the last
+            for line in log.read_text().splitlines() if log.exists() else []:
+                m = json.loads(line)
+                if "eval.macro.loss" in m and (final is None or m["step"] == final):
+                    seen[m["step"]] = m
+            for step, m in sorted(seen.items()):
+                rows.append({"run": name, "role": role, "method": run.method, "size": run.size,
+                             "seed": run.seed, "step": step, "tokens": m["tokens"], "flops": m["flops"],
+                             "loss": m["eval.macro.loss"], "perplexity": m["eval.macro.perplexity"],
+                             "accuracy": m["eval.macro.accuracy"]})
     return write_curve_rows(rows, out / "curves.parquet")
 
 
