@@ -535,6 +535,7 @@ def test_each_trials_actor_is_named_after_its_trial(tmp_path):
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # ~3 min on 2 idle cores: 6 trunks, 18 branches, 24 trials; its parts are default tests
 def test_a_wsd_sweep_trains_every_budget_and_reports_the_curves_through_them(train_run, slm_cli):
     """Issue 43 at CI size: under `pretrain.train.optim.schedule: wsd` every smaller budget of a sweep is a
     cooldown branch (its own folder, its snapshot, its final evaluation in curves.parquet); the report fits

@@ -415,8 +415,9 @@ def saturation_lines(found: tuple[fits.Fit, fits.Saturation] | None, params: int
              f"to {s.largest:,.0f} steps (95% interval {c.low:+.2%} to {c.high:+.2%}{per_param(s.largest)}): "
              f"{verdict} against {SATURATED:.0%}."]
     if s.budget is None:
-        lines.append(f"A doubling would change it by under {SATURATED:.0%} only beyond "
-                     f"{s.largest * fits.EXTRAPOLATION_LIMIT:,.0g} steps (beyond the measured range).")
+        lines.append(f"No doubling changes it by under {SATURATED:.0%} within {fits.EXTRAPOLATION_LIMIT:.0e} × the largest "
+                     "budget" + (" (a power law changes by the same share at every doubling)"
+                                 if fit.form == "power law" else "") + ".")
     else:
         b = s.budget
         high = f"{b.high:,.0f}" if math.isfinite(b.high) else "unbounded (some seeds never get there)"
