@@ -275,18 +275,25 @@ def eval_metrics(result: dict) -> dict:
     return {f"eval.{d}.{k}": v for d, r in result.items() for k, v in r.items() if k not in ("tokens", "rows")}
 
 
-class Snapshotter(Callback):
-    """The model as it is at given steps, kept for good: ``snapshots/step-<N>.safetensors`` plus its cost so
-    far in ``snapshots.json``. One pretraining run then serves several pretraining budgets (the sweeps
-    specialize from each snapshot)."""
+class AtSteps(Callback):
+    """A callback that acts at given steps."""
 
     def __init__(self, steps: list[int]):
         self.steps = set(steps)
 
+    def due(self, loop) -> bool:
+        return loop.progress.step in self.steps
+
+
+class Snapshotter(AtSteps):
+    """The model as it is at given steps, kept for good: ``snapshots/step-<N>.safetensors`` plus its cost so
+    far in ``snapshots.json``. One pretraining run then serves several pretraining budgets (the sweeps
+    specialize from each snapshot)."""
+
     def on_step_end(self, loop, metrics: dict) -> None:
-        step = loop.progress.step
-        if step not in self.steps:
+        if not self.due(loop):
             return
+        step = loop.progress.step
         model = loop.exported_model()  # every rank: a gather under ZeRO-3
         if loop.rank != 0:
             return
@@ -300,7 +307,7 @@ class Snapshotter(Callback):
         atomic_write_json(index, known)
 
 
-class BranchPoints(Callback):
+class BranchPoints(AtSteps):
     """A WSD trunk's whole training state at given steps (model, optimizer, schedule, sampler, RNG,
     progress), kept for good in ``branch_points/step-<N>/``: a smaller budget's cooldown branch starts from
     it (``slm.train.trainer``). Every rank writes its part as for a checkpoint, into a folder of its own,
@@ -308,14 +315,10 @@ class BranchPoints(Callback):
     renames into place once all have (on a cluster the run's folder is shared storage). A resumed trunk
     that passes a step again finds its state there, whole, and leaves it."""
 
-    def __init__(self, steps: list[int]):
-        self.steps = set(steps)
-
     def on_step_end(self, loop, metrics: dict) -> None:
-        step = loop.progress.step
-        if step not in self.steps:
+        if not self.due(loop):
             return
-        target = loop.output.branch_point(step)
+        target = loop.output.branch_point(loop.progress.step)
         if target.exists() and integrity.problem(target) is None:
             return
         staging = target.with_name(f".{target.name}.tmp")
