@@ -310,7 +310,8 @@ def combine(folder: Path) -> None:
               "params": params, "tokens_per_step": tokens_per_step, "fit": fit.to_json(),
               "saturation": saturation.to_json(),
               "tokens_per_param": {"largest_budget": round(max(p.x for p in points) * tokens_per_step / params, 1),
-                                   "saturation_budget": (round(saturation.budget * tokens_per_step / params, 1)
+                                   "saturation_budget": ({k: round(getattr(saturation.budget, k) * tokens_per_step
+                                                                   / params, 1) for k in ("value", "low", "high")}
                                                          if saturation.budget else None)},
               "measured_last_doubling": {str(p["seed"]): p["curve"][-1].get("change_over_doubling") for p in parts}}
     atomic_write_json(folder / "saturation.json", result)

@@ -138,9 +138,11 @@ class Fit:
 
     def saturation_budget(self, threshold: float) -> Interval | None:
         """The budget from which a doubling changes the loss by less than ``threshold`` (relative), or None
-        when the curve does not get there within ``EXTRAPOLATION_LIMIT`` × the largest budget (a power law
-        never does unless α is tiny)."""
+        when the curve does not get there within ``EXTRAPOLATION_LIMIT`` × the largest budget, and for a
+        power law, whose change per doubling (2^−α − 1) is the same at every budget: it places no budget."""
         self._require()
+        if self.form == "power law":
+            return None
         found = _saturation(self.params, threshold, self.span)
         if found is None:
             return None
@@ -171,11 +173,13 @@ class Saturation:
     threshold: float
     saturated: bool | None
     budget: Interval | None
+    form: Form
 
     def to_json(self) -> dict:
-        return {"largest": self.largest, "change": self.change.to_json(), "threshold": self.threshold,
+        searched = self.budget is None and self.form == "saturating"
+        return {"form": self.form, "largest": self.largest, "change": self.change.to_json(), "threshold": self.threshold,
                 "saturated": self.saturated, "budget": self.budget.to_json() if self.budget else None,
-                "budget_beyond": None if self.budget else self.largest * EXTRAPOLATION_LIMIT}
+                "budget_beyond": self.largest * EXTRAPOLATION_LIMIT if searched else None}
 
 
 def saturation(fit: Fit, threshold: float) -> Saturation:
@@ -187,7 +191,7 @@ def saturation(fit: Fit, threshold: float) -> Saturation:
         saturated = False
     else:
         saturated = None
-    return Saturation(largest, change, threshold, saturated, fit.saturation_budget(threshold))
+    return Saturation(largest, change, threshold, saturated, fit.saturation_budget(threshold), fit.form)
 
 
 def _saturation(p: Params, threshold: float, span: tuple[float, float]) -> float | None:
@@ -211,8 +215,13 @@ def _huber(r: np.ndarray) -> np.ndarray:
     return np.where(a <= HUBER_DELTA, 0.5 * r ** 2, HUBER_DELTA * (a - 0.5 * HUBER_DELTA))
 
 
-def _fit_points(x: np.ndarray, y: np.ndarray, x0: float, form: Form) -> tuple[Params, float]:
-    """The best of a grid of L-BFGS-B starts: parameters and the objective's value."""
+def _fit_points(x: np.ndarray, y: np.ndarray, x0: float, form: Form, around: Params | None = None
+                ) -> tuple[Params, float]:
+    """The best of a grid of L-BFGS-B starts: parameters and the objective's value. The power law is a
+    linear fit in log space (a convex objective): one start. The saturating form trades E against α over
+    long flat valleys: the whole grid, every time (a seed's fit started only from the pooled optimum would
+    stay near it, and the seeds' spread, which the intervals are, would shrink); ``around``, a fit through
+    more points, is one start more."""
     u, log_y, y_min = np.log(x / x0), np.log(y), float(y.min())
     e_max = 0.999 * y_min
 
@@ -225,16 +234,22 @@ def _fit_points(x: np.ndarray, y: np.ndarray, x0: float, form: Form) -> tuple[Pa
         grad = np.array([psi.sum(), (psi * power).sum(), -(psi * power * u).sum()])
         return float(_huber(r).sum()), (grad if form == "saturating" else grad[1:])
 
+    if form == "power law":
+        grid = [(0.0, around.alpha if around else 0.2)]
+    else:
+        grid = [(e0, alpha0) for e0 in (0.0, 0.5 * y_min, 0.9 * y_min) for alpha0 in (0.05, 0.2, 0.5, 1.0, 2.0)]
+        if around is not None:
+            grid.append((min(around.E, 0.9 * y_min), around.alpha))
+    bounds = ([(0.0, e_max)] if form == "saturating" else []) + [LOG_A_BOUNDS, ALPHA_BOUNDS]
     best: tuple[float, np.ndarray] | None = None
-    for e0 in ((0.0, 0.5 * y_min, 0.9 * y_min) if form == "saturating" else (0.0,)):
-        for alpha0 in (0.05, 0.2, 0.5, 1.0, 2.0):
-            # log A from the start's E and α: the mean over points of log(y − E) + α·u
-            log_a0 = float(np.mean(np.log(np.maximum(y - e0, 1e-12)) + alpha0 * u))
-            start = np.array([e0, log_a0, alpha0] if form == "saturating" else [log_a0, alpha0])
-            bounds = ([(0.0, e_max)] if form == "saturating" else []) + [LOG_A_BOUNDS, ALPHA_BOUNDS]
-            res = optimize.minimize(objective, start, method="L-BFGS-B", jac=True, bounds=bounds)
-            if best is None or res.fun < best[0]:
-                best = (float(res.fun), res.x)
+    for e0, alpha0 in grid:
+        # log A from the start's E and α: the mean over points of log(y − E) + α·u
+        log_a0 = float(np.mean(np.log(np.maximum(y - e0, 1e-12)) + alpha0 * u))
+        start = np.array([e0, log_a0, max(alpha0, ALPHA_BOUNDS[0])] if form == "saturating"
+                         else [log_a0, max(alpha0, ALPHA_BOUNDS[0])])
+        res = optimize.minimize(objective, start, method="L-BFGS-B", jac=True, bounds=bounds)
+        if best is None or res.fun < best[0]:
+            best = (float(res.fun), res.x)
     theta = best[1]
     e, log_a, alpha = (theta if form == "saturating" else (0.0, *theta))
     return Params(float(e), float(math.exp(log_a)), float(alpha), x0), best[0]
@@ -263,31 +278,33 @@ def fit(points: list[Point], level: float = 0.95) -> Fit:
     if (y <= 0).any() or (x <= 0).any():
         raise ValueError("curves fit positive budgets and losses")
     x0 = float(math.exp(np.mean(np.log(budgets))))
-    form: Form = "saturating"
-    why = "identified"
-    if len(budgets) < 4:
-        form, why = "power law", f"{len(budgets)} budgets for 3 parameters: the saturating form is not identified"
-    else:
+    if len(budgets) >= 4:
         params, _ = _fit_points(x, y, x0, "saturating")
         bound = _at_bound(params, float(y.min()))
-        if bound:
-            form, why = "power law", f"the saturating form is not identified: {bound}"
-        else:
-            floor = _floor_interval(_per_seed(points, seeds, x0, "saturating"), params.E, level)
-            if floor is not None and floor[0] <= 0:
-                form, why = "power law", (f"the saturating form is not identified: E = {params.E:.3g} is within noise "
-                                          f"of 0 across seeds ({floor[0]:.3g} to {floor[1]:.3g})")
-    params, _ = _fit_points(x, y, x0, form)
-    return Fit(form, params, _per_seed(points, seeds, x0, form), budgets, seeds, why, sd, dof, level, tuple(points))
+        if not bound:
+            per_seed = _per_seed(points, seeds, x0, "saturating", params)
+            floor = _floor_interval(per_seed, params.E, level)
+            if floor is None or floor[0] > 0:
+                return Fit("saturating", params, per_seed, budgets, seeds, "identified", sd, dof, level, tuple(points))
+            bound = f"E = {params.E:.3g} is within noise of 0 across seeds ({floor[0]:.3g} to {floor[1]:.3g})"
+        why = f"the saturating form is not identified: {bound}"
+    else:
+        why = f"{len(budgets)} budgets for 3 parameters: the saturating form is not identified"
+    params, _ = _fit_points(x, y, x0, "power law")
+    return Fit("power law", params, _per_seed(points, seeds, x0, "power law", params), budgets, seeds, why, sd, dof,
+               level, tuple(points))
 
 
-def _per_seed(points: list[Point], seeds: tuple[int, ...], x0: float, form: Form) -> dict[int, Params]:
-    """The same fit through each seed's points alone (seeds with at least three budgets)."""
+def _per_seed(points: list[Point], seeds: tuple[int, ...], x0: float, form: Form, pooled: Params
+              ) -> dict[int, Params]:
+    """The same fit through each seed's points alone (seeds with at least three budgets), started from the
+    fit through every point."""
     out = {}
     for s in seeds:
         mine = [p for p in points if p.seed == s]
         if len({p.x for p in mine}) >= 3:
-            out[s] = _fit_points(np.array([p.x for p in mine], float), np.array([p.y for p in mine], float), x0, form)[0]
+            out[s] = _fit_points(np.array([p.x for p in mine], float), np.array([p.y for p in mine], float), x0, form,
+                                 pooled)[0]
     return out
 
 

@@ -414,10 +414,11 @@ def saturation_lines(found: tuple[fits.Fit, fits.Saturation] | None, params: int
              f"{fit.why}; {len(fit.per_seed)} seeds): the macro valid loss changes by {c.value:+.2%} over the doubling "
              f"to {s.largest:,.0f} steps (95% interval {c.low:+.2%} to {c.high:+.2%}{per_param(s.largest)}): "
              f"{verdict} against {SATURATED:.0%}."]
-    if s.budget is None:
+    if fit.form == "power law":
+        lines.append("A power law changes by the same share at every doubling: the fit places no saturation budget.")
+    elif s.budget is None:
         lines.append(f"No doubling changes it by under {SATURATED:.0%} within {fits.EXTRAPOLATION_LIMIT:.0e} × the largest "
-                     "budget" + (" (a power law changes by the same share at every doubling)"
-                                 if fit.form == "power law" else "") + ".")
+                     "budget.")
     else:
         b = s.budget
         high = f"{b.high:,.0f}" if math.isfinite(b.high) else "unbounded (some seeds never get there)"
