@@ -175,6 +175,12 @@ def valid_loss(summary: dict) -> tuple[float, dict[str, float]]:
     return sum(domains.values()) / len(domains), domains
 
 
+def add_changes(curve: list[dict]) -> None:
+    """Each budget after the first gets the relative change of the valid loss since the one before it."""
+    for before, after in itertools.pairwise(curve):
+        after["change_over_doubling"] = round((after["valid_loss"] - before["valid_loss"]) / before["valid_loss"], 5)
+
+
 def machine() -> dict:
     flags = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     model = next((line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("Model name")), "")
@@ -205,8 +211,7 @@ def write_seed(out_dir: Path, key: tuple[str, int], job, run_dir: Path, protocol
                       "flops": entry["cost"]["flops"], "device_seconds": round(entry["cost"]["device_seconds"], 1),
                       "trained_as": "branch" if "branch" in entry else "trunk",
                       "wall_seconds": branch["wall_seconds"]})
-    for before, after in itertools.pairwise(curve):
-        after["change_over_doubling"] = round((after["valid_loss"] - before["valid_loss"]) / before["valid_loss"], 5)
+    add_changes(curve)
     result = {"machine": machine(), "protocol": protocol, "size": size, "seed": seed, "params": manifest["params"],
               "data_seconds_this_run": round(data_seconds, 1),
               "wall_seconds": round(manifest["wall_seconds"] + sum(c["wall_seconds"] for c in curve
@@ -233,8 +238,7 @@ def write_cosine(args, run_dir: Path, protocol: dict, generic: dict, data_second
                           "per_domain_ppl": {d: round(v["perplexity"], 2) for d, v in summary["eval"].items()
                                              if d != "macro"},
                           "tokens_per_s": round(summary["tokens"] / summary["cost"]["device_seconds"], 1)})
-        for before, after in itertools.pairwise(curve):
-            after["change_over_doubling"] = round((after["valid_loss"] - before["valid_loss"]) / before["valid_loss"], 5)
+        add_changes(curve)
         last = curve[-1].get("change_over_doubling")
         result["sizes"][size] = {"curve": curve, "saturated": last is not None and abs(last) < SATURATED}
     print(json.dumps(result, indent=2))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from slm.artifacts import atomic_write_json
 from slm.config import check_name
 
 
@@ -121,6 +122,14 @@ class TrainOutput:
         index = json.loads(require(self.snapshot_index, "pretrain").read_text())
         return {int(step): Snapshot(e["model"], e["step"], e["tokens"], e["cost"]["flops"], e["cost"]["device_seconds"])
                 for step, e in index.items()}
+
+    def record_snapshot(self, step: int, entry: dict) -> None:
+        """``snapshots.json`` with ``entry`` (its model, step, tokens, cost, …) as the snapshot at ``step``,
+        written atomically, in step order: the one writer of the index (the loop's snapshots, WSD's branches)."""
+        index = self.snapshot_index
+        known = json.loads(index.read_text()) if index.exists() else {}
+        known[str(step)] = entry
+        atomic_write_json(index, dict(sorted(known.items(), key=lambda kv: int(kv[0]))))
 
     def branch_point(self, step: int) -> Path:
         """A WSD trunk's whole training state at ``step``, kept for good: where a cooldown branch starts."""
@@ -257,3 +266,8 @@ class RunLayout:
     @property
     def sweep(self) -> Path:
         return self.dir / self.cfg.sweep.output / self.cfg.sweep.name
+
+
+def branch_name(run: str, budget: int) -> str:
+    """A WSD run's cooldown branch to ``budget``, as logs, TensorBoard and the curves table name it."""
+    return f"{run}@{budget}"

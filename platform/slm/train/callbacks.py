@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from slm.artifacts import atomic_write_json, atomic_write_text
+from slm.artifacts import atomic_write_text
 from slm.layout import TrainOutput
 from slm.train import integrity
 from slm.train.budget import exhausted, spent
@@ -298,13 +298,12 @@ class Snapshotter(AtSteps):
         if loop.rank != 0:
             return
 
-        path, index = loop.output.snapshot(step), loop.output.snapshot_index
+        path = loop.output.snapshot(step)
         path.parent.mkdir(parents=True, exist_ok=True)
         loop.write_model(model, path)
-        known = json.loads(index.read_text()) if index.exists() else {}
-        known[str(step)] = {"model": str(path), "step": step, "tokens": loop.progress.tokens,
-                            "cost": {"flops": loop.progress.flops, "device_seconds": loop.progress.device_seconds}}
-        atomic_write_json(index, known)
+        loop.output.record_snapshot(step, {
+            "model": str(path), "step": step, "tokens": loop.progress.tokens,
+            "cost": {"flops": loop.progress.flops, "device_seconds": loop.progress.device_seconds}})
 
 
 class BranchPoints(AtSteps):

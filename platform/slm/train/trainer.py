@@ -28,17 +28,10 @@ from ray.train.torch import TorchTrainer
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from slm import methods
-from slm.artifacts import (
-    atomic_path,
-    atomic_write_json,
-    file_sha256,
-    is_complete,
-    read_manifest,
-    write_manifest,
-)
+from slm.artifacts import atomic_path, file_sha256, is_complete, read_manifest, write_manifest
 from slm.config import ConfigError, config_hash
 from slm.data import histogram
-from slm.layout import RunLayout, TrainOutput, require
+from slm.layout import RunLayout, TrainOutput, branch_name, require
 from slm.models.gpt import GPTConfig, preset, save_dense
 from slm.runtime import RayConfig, cluster_address, init_ray
 from slm.train import integrity
@@ -268,21 +261,19 @@ def _branch(trunk: WorkerSpec, budget: int, output: TrainOutput, cfg: TrainJob, 
         raise TrainingInputError(f"pretrain {trunk.name}: budget {budget} branches from the trunk's state at step "
                                  f"{point}, which {start} does not hold whole; the trunk must train again "
                                  f"(delete {output.dir} and rerun)")
-    name = f"{trunk.name}@{budget}"
+    name = branch_name(trunk.name, budget)
     spec = dataclasses.replace(
         trunk, name=name, output=str(branch.dir.resolve()), snapshot_steps=[], branch_points=[],
         train=dataclasses.replace(trunk.train, budget=BudgetConfig(steps=budget)), start_from=str(start.resolve()),
         tensorboard=str(RunLayout.of(cfg).tensorboard("pretrain", name).resolve()))
     m = _run("pretrain-branch", spec, branch, cfg.ray, {**extra, "trunk": trunk.name, "branch_point": point})
     at_point = torch.load(start / "worker-0.pt", weights_only=True)["progress"]
-    index = json.loads(output.snapshot_index.read_text()) if output.snapshot_index.exists() else {}
     with atomic_path(output.snapshot(budget)) as tmp:
         shutil.copyfile(branch.model, tmp)
-    index[str(budget)] = {
+    output.record_snapshot(budget, {
         "model": str(output.snapshot(budget)), "step": budget, "tokens": m["tokens"], "cost": m["cost"],
         "branch": str(branch.dir), "branch_point": point,
-        "branch_cost": {k: m["cost"][k] - at_point[k] for k in ("flops", "device_seconds")}}
-    atomic_write_json(output.snapshot_index, dict(sorted(index.items(), key=lambda kv: int(kv[0]))))
+        "branch_cost": {k: m["cost"][k] - at_point[k] for k in ("flops", "device_seconds")}})
     return m
 
 

@@ -14,8 +14,9 @@ the interval is q(all) ± t(n−1)·sd(q per seed)/√n. With three seeds t(2) =
 ``tests/tune/test_curves.py`` measures the coverage of this rule on a known curve).
 
 **Identification.** Three parameters need at least four distinct budgets, a fit whose E and α are off
-their bounds and, with several seeds, an E whose interval across seeds excludes 0; otherwise the saturating form is not identified and, with at least three budgets, the curve
-is the power law L = A·x^−α (E = 0, two parameters), labelled so. With fewer than three budgets nothing
+their bounds and, with several seeds, an E whose interval across seeds excludes 0; otherwise the
+saturating form is not identified and, with at least three budgets, the curve is the power law
+L = A·x^−α (E = 0, two parameters), labelled so. With fewer than three budgets nothing
 is fitted. Outside the measured budgets every number is an extrapolation and says so.
 """
 
@@ -134,7 +135,7 @@ class Fit:
             return float((p(x) - p(x / 2)) / p(x / 2))
 
         return self.across_seeds(change(self.params), [change(p) for p in self.per_seed.values()],
-                              not (self.inside(x) and self.inside(x / 2)))
+                                 not (self.inside(x) and self.inside(x / 2)))
 
     def saturation_budget(self, threshold: float) -> Interval | None:
         """The budget from which a doubling changes the loss by less than ``threshold`` (relative), or None

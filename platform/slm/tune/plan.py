@@ -210,7 +210,7 @@ class _Builder:
         self.trials: list[Trial] = []
 
     def run(self, run: PretrainRun) -> None:
-        if self.inputs.decay_fraction and run.role == "grid":
+        if self.inputs.decay_fraction:  # as the trainer does: every snapshot below the run's length is a branch
             branches = tuple(b for b in run.snapshots if b < run.steps)
             run = replace(run, branches=branches,
                           branch_steps=sum(decay_steps(self.inputs.decay_fraction, b) for b in branches))

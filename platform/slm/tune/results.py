@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from slm import methods
 from slm.artifacts import atomic_path
-from slm.layout import RunLayout, Snapshot
+from slm.layout import RunLayout, Snapshot, branch_name
 from slm.tune.plan import PretrainRun, Trial
 from slm.tune.stats import Difference, welch_from_summary
 
@@ -204,7 +204,7 @@ def write_curves(runs: tuple[PretrainRun, ...], layout: RunLayout, out: Path) ->
     for run in (r for r in runs if r.owned):  # a run a part trained only as a dependency: its owner's curve
         output = layout.pretrained(run.name)
         logs = [(run.name, run.role, output.metrics, None)] + [
-            (f"{run.name}@{b}", "branch", output.branch(b).metrics, b) for b in run.branches]
+            (branch_name(run.name, b), "branch", output.branch(b).metrics, b) for b in run.branches]
         for name, role, log, final in logs:
             seen: dict[int, dict] = {}  # a resumed run logs the steps after its checkpoint twice: keep the last
             for line in log.read_text().splitlines() if log.exists() else []:
