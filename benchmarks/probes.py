@@ -148,6 +148,19 @@ CONFIG_PROBES = [  # overrides of jobs/quickstart.yaml that must be refused, nam
     ("embed.fraction=0", "embed.fraction=0", "embed.fraction"),
     ("keep_checkpoints=0", "pretrain.train.keep_checkpoints=0", "keep_checkpoints"),
     ("resample.tokens=-5", "resample.tokens=-5", "resample.tokens"),
+    # issue 44: names and output folders that became paths out of the run, values that planned or crashed
+    ("sweep.name=../../../../x", "sweep.name=../../../../x", "sweep.name"),
+    ("pretrain.name=../../../../y", "pretrain.name=../../../../y", "pretrain.name"),
+    ("specialize.name=../../../x", "specialize.name=../../../x", "specialize.name"),
+    ("sweep.output=../../..", "sweep.output=../../..", "sweep.output"),
+    ("an empty sweep.name", "sweep.name=''", "sweep.name"),
+    ("cluster.output=../c", "cluster.output=../c", "cluster.output"),
+    ("sweep.sizes=[d999]", "sweep.sizes=[d999]", "sweep.sizes"),
+    ("sweep.sizes=[d0]", "sweep.sizes=[d0]", "sweep.sizes"),
+    ("sweep.max_concurrent_trials=-1", "sweep.max_concurrent_trials=-1", "sweep.max_concurrent_trials"),
+    ("sweep.assumed_mfu=0", "sweep.assumed_mfu=0", "sweep.assumed_mfu"),
+    ("sweep.assumed_mfu=-1", "sweep.assumed_mfu=-1", "sweep.assumed_mfu"),
+    ("eval_tokens=-1 (its message says what 0 means)", "pretrain.train.eval_tokens=-1", "the whole valid split"),
 ]
 
 RUN_PROBES = [  # what only a run can check, refused before any stage starts (num_workers beyond the
@@ -283,6 +296,94 @@ def artifact_probes(root: Path, overrides: list[str]) -> list[dict]:
     return results
 
 
+# Issue 44: what a stage finds corrupt is remade (saying so) and never recorded as written; every command
+# that reads an artifact (models included) checks it. (name, file under the trial to corrupt, how, the
+# command, what must happen: "refused" in one line naming the file, or "remade" with a line saying so).
+MODEL = "tiny/checkpoints/generic-d1/model.safetensors"
+INTEGRITY_PROBES = [
+    ("embeddings shard zeroed, then `slm run` embed + cluster", "embeddings/generic/*.parquet", "zeroed",
+     "run-embed-cluster", "remade"),
+    ("embeddings shard truncated, then `slm run` embed + cluster", "embeddings/generic/*.parquet", "truncated",
+     "run-embed-cluster", "remade"),
+    ("cluster assignments zeroed, then `slm data resample`", "tiny/clusters/assignments/*.parquet", "zeroed",
+     "resample", "refused"),
+    ("model zeroed, then `slm generate`", MODEL, "zeroed", "generate", "refused"),
+    ("model truncated, then `slm generate`", MODEL, "truncated", "generate", "refused"),
+    ("model zeroed, then `slm train specialize --source`", MODEL, "zeroed", "specialize", "refused"),
+    ("model truncated, then `slm export`", MODEL, "truncated", "export", "refused"),
+    ("packed Parquet zeroed beside intact arrays, then `slm train pretrain`", "tiny/packed/generic/data/*.parquet",
+     "zeroed", "train", "refused"),
+    ("another domain's corpus shard zeroed, then `slm corpus import --domain`", "corpus/generic/*.parquet",
+     "zeroed", "import", "refused"),
+]
+
+
+def integrity_command(kind: str, trial: Path, overrides: list[str]) -> list[str]:
+    model = str(trial / MODEL)
+    return {
+        "run-embed-cluster": ["run", "jobs/quickstart.yaml", "stages=[embed, cluster]", *overrides],
+        "resample": ["data", "resample", "--domain", "legal", "--tokens", "2000", "--method", "crisp", *overrides,
+                     "resample.output=resampled2"],
+        "generate": ["generate", model, "--prompt", "The court", "--max-new-tokens", "4"],
+        "export": ["export", model, "--format", "hf", str(trial / "exported")],
+        "specialize": ["train", "specialize", "--config", "jobs/pretrain.yaml", *overrides, "--source", "generic-d1",
+                       "--domain", "legal", "specialize.train.budget.steps=2", "specialize.train.num_workers=0",
+                       "specialize.train.eval_tokens=512", "specialize.train.batch_size=2",
+                       "specialize.domain_tokens=2000"],
+        "train": artifact_command("train", overrides),
+        "import": ["corpus", "import", str(trial.parent / "legal.parquet"), "--domain", "legal2",
+                   f"corpus.dir={trial / 'corpus'}"],
+    }[kind]
+
+
+def integrity_probes(root: Path, overrides: list[str]) -> list[dict]:
+    """Each case of INTEGRITY_PROBES in a copy of the tiny run under ``root/run``."""
+    import shutil
+
+    from slm.artifacts import changed_files, file_sha256, read_manifest
+
+    results = []
+    for name, pattern, how, kind, expect in INTEGRITY_PROBES:
+        trial = root / f"integrity-{len(results)}"
+        shutil.copytree(root / "run", trial)
+        moved = [o.replace(str(root / "run"), str(trial)) for o in overrides]
+        target = sorted(trial.glob(pattern))[0]
+        folder = next(f for f in target.parents if (f / "manifest.json").exists())
+        manifest_before = (folder / "manifest.json").read_bytes()
+        data = target.read_bytes()
+        target.write_bytes(bytes(len(data)) if how == "zeroed" else data[: len(data) // 2])
+        found = file_sha256(target)
+        proc = slm(*integrity_command(kind, trial, moved), timeout=900)
+        text = proc.stdout + proc.stderr
+        err = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+        if expect == "refused":
+            ok = (proc.returncode != 0 and target.name in (err[-1] if err else "") and "Traceback" not in text
+                  and (folder / "manifest.json").read_bytes() == manifest_before)
+            said = err[-1] if err else ""
+        else:  # remade: said so, the run succeeded with no traceback, and the file is what its manifest records
+            recorded = (read_manifest(folder) or {}).get("files", {}).get(str(target.relative_to(folder)), {})
+            said = next((line for line in text.splitlines() if target.name in line), "")
+            ok = (proc.returncode == 0 and "Traceback" not in text and "again" in said and not changed_files(folder)
+                  and recorded.get("sha256") not in (None, found))
+        results.append({"probe": name, "file": str(target.relative_to(trial)), "expected": expect, "passed": ok,
+                        "said": said[:240]})
+        print(f"[probe] {name}: {'passed' if ok else 'FAILED'} ({said[:200]})", file=sys.stderr, flush=True)
+        shutil.rmtree(trial)
+    return results
+
+
+def stats_rerun_probe(overrides: list[str]) -> dict:
+    """The stats stage reran in full on every `slm run` (181-240 s on the bundled corpus): the second run
+    of it must say it is complete and current."""
+    runs = []
+    for _ in range(2):
+        began = time.perf_counter()
+        proc = slm("run", "jobs/quickstart.yaml", "stages=[stats]", *overrides)
+        runs.append({"rc": proc.returncode, "seconds": round(time.perf_counter() - began, 1),
+                     "skipped": "[stats] complete and current" in proc.stdout})
+    return {"first": runs[0], "second": runs[1], "passed": runs[1]["rc"] == 0 and runs[1]["skipped"]}
+
+
 SOCKETS = """
 import json, sys, threading, time, psutil
 from slm.cli import main
@@ -372,10 +473,15 @@ def main() -> None:
         base.mkdir()
         overrides = tiny_run(base)
         results["artifacts"] = artifact_probes(base, overrides)
+        results["integrity"] = integrity_probes(base, overrides)
+        results["stats_rerun"] = stats_rerun_probe(overrides)
         results["sockets"] = socket_probe(overrides)
     results["counts"] = {
         "corrupt artifacts detected in one line / tried":
             f"{sum(r['detected_one_line'] for r in results['artifacts'])} / {len(results['artifacts'])}",
+        "corrupt artifacts remade or refused through the commands a user runs / tried":
+            f"{sum(r['passed'] for r in results['integrity'])} / {len(results['integrity'])}",
+        "stats stage skipped when current on a second `slm run`": results["stats_rerun"]["passed"],
         "sockets beyond the loopback (2-worker DDP on the embedded Ray)": len(results["sockets"]["beyond_loopback"]),
         "bad inputs handled / tried": f"{sum(r['handled'] for r in results['inputs'])} / {len(results['inputs'])}",
         "inputs refused without reading records, before Ray starts / tried": (

@@ -85,6 +85,9 @@ def corpus_dir(corpus_manifest) -> Path:
     return Path(corpus_config().dir).expanduser()
 
 
+_SESSION_RAY: list[bool] = []  # [True] while the session's Ray is up
+
+
 @pytest.fixture(scope="session")
 def ray_local():
     """A real local Ray of 2 CPUs, without the dashboard (tests that need it start a head node)."""
@@ -93,9 +96,29 @@ def ray_local():
     temp_dir = tempfile.mkdtemp(prefix="slm-ray-")
     ray.init(address="local", num_cpus=2, include_dashboard=False, _temp_dir=temp_dir,
              log_to_driver=False)
+    _SESSION_RAY.append(True)
     yield ray
+    _SESSION_RAY.clear()
     ray.shutdown()
     shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _session_ray_stays_up():
+    """A test that stops the session's Ray fails, named (issue 44: an in-process job's shutdown stopped it,
+    and the next test that needed it waited forever on a Ray that was gone); a test that finds it stopped
+    fails at once instead of waiting."""
+    import sys
+
+    def up() -> bool:
+        return not _SESSION_RAY or ("ray" in sys.modules and sys.modules["ray"].is_initialized())
+
+    if not up():
+        pytest.fail("the session's Ray was stopped by an earlier test (see the test that failed for it)")
+    yield
+    if not up():
+        pytest.fail("this test stopped the session's Ray (ray.shutdown in the test process): every later Ray "
+                    "test would wait on it")
 
 
 # Library lines that alarmed a new user in a job's log (issue 31), none of which asks anything of them:

@@ -4,12 +4,14 @@ The artifacts are the real ones the data stages made for the training tests (`tr
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
-from slm.artifacts import ArtifactError, describe_files, verify, write_manifest
+from slm.artifacts import ArtifactError, changed_files, check_recorded, describe_files, verify, write_manifest
 
 
 def corrupt(path: Path, how: str, other: Path | None = None) -> None:
@@ -50,6 +52,49 @@ def test_a_manifest_records_its_stage_s_files_and_verify_names_what_differs(tmp_
     (tmp_path / "data" / "b.bin").unlink()
     with pytest.raises(ArtifactError, match=r"b.bin: missing"):
         verify(tmp_path, "…", hashes=False)
+
+
+def test_a_manifest_never_records_a_changed_file_its_stage_did_not_write(tmp_path):
+    """Issue 44: a stage that keeps earlier files rewrote its manifest with a damaged file's hash."""
+    for name in ("a.bin", "b.bin"):
+        (tmp_path / name).write_bytes(name.encode() * 50)
+    first = write_manifest(tmp_path, {"stage": "s"})
+    assert changed_files(tmp_path) == {}
+    corrupt(tmp_path / "a.bin", "zeroed")
+    (tmp_path / "c.bin").write_bytes(b"new")
+    assert list(changed_files(tmp_path)) == ["a.bin"]
+    with pytest.raises(ArtifactError, match=r"a.bin: changed since its stage wrote it .*not recorded over"):
+        write_manifest(tmp_path, {"stage": "s"}, written=lambda rel: rel == "c.bin")
+    assert (tmp_path / "manifest.json").read_text().count("a.bin") == 1  # the old record stands
+    assert first["files"]["a.bin"]["sha256"] in (tmp_path / "manifest.json").read_text()
+    second = write_manifest(tmp_path, {"stage": "s"}, written=lambda rel: rel in ("a.bin", "c.bin"))  # remade
+    assert sorted(second["files"]) == ["a.bin", "b.bin", "c.bin"] and changed_files(tmp_path) == {}
+
+
+@pytest.mark.parametrize("how", ["zeroed", "truncated", "swapped"])
+def test_a_damaged_model_is_refused_by_what_loads_it_naming_the_file(tmp_path, how):
+    """The loaders every command goes through (generate, export, specialize --source, a teacher, a
+    sweep's snapshots): a model its run's manifest records is checked before it is read."""
+    from slm import methods
+    from slm.models.gpt import GPT, PRESETS, load_dense, save_dense
+
+    run = tmp_path / "checkpoints" / "generic-tiny"
+    (run / "snapshots").mkdir(parents=True)
+    save_dense(GPT(PRESETS["tiny"]), run / "model.safetensors")
+    save_dense(GPT(PRESETS["tiny"]), run / "snapshots" / "step-00000010.safetensors")
+    write_manifest(run, {"stage": "pretrain"})
+    assert check_recorded(run / "model.safetensors") and methods.load_model(run / "model.safetensors")
+    corrupt(run / "model.safetensors", how, run / "manifest.json")
+    for load in (methods.load_model, load_dense):
+        with pytest.raises(ArtifactError) as err:
+            load(run / "model.safetensors")
+        assert str(err.value).startswith(f"{run / 'model.safetensors'}: ") and "\n" not in str(err.value)
+        assert f"rm -r {run}" in str(err.value)
+    load_dense(run / "snapshots" / "step-00000010.safetensors")  # its neighbour is whole
+    loose = tmp_path / "elsewhere.safetensors"  # no manifest records it: read as it is, and refused if unreadable
+    loose.write_bytes((run / "snapshots" / "step-00000010.safetensors").read_bytes()[:1000])
+    with pytest.raises(ArtifactError, match=rf"{loose}: not a readable safetensors file"):
+        methods.load_model(loose)
 
 
 def _copy(src: Path, dst: Path) -> Path:
@@ -109,6 +154,7 @@ def test_corrupt_embeddings_stop_the_cluster_stage(embedded, tmp_path, how):
 @pytest.mark.parametrize("how", ["zeroed", "truncated", "swapped"])
 def test_corrupt_assignments_stop_the_histograms_and_resampling(train_run, tmp_path, how):
     from slm.data.histogram import domain_histograms
+    from slm.data.resample import resample
     from slm.layout import RunLayout
 
     clusters = _copy(RunLayout.of(train_run).clusters, tmp_path / "clusters")
@@ -116,6 +162,27 @@ def test_corrupt_assignments_stop_the_histograms_and_resampling(train_run, tmp_p
     corrupt(parts[0], how, clusters / "centroids.npz")
     with pytest.raises(ArtifactError, match=rf"assignments/{parts[0].name}: .*its cluster stage makes it again"):
         domain_histograms(clusters, 0.5)
+    histograms = json.loads(RunLayout.of(train_run).histograms_json.read_text())
+    with pytest.raises(ArtifactError, match=rf"assignments/{parts[0].name}: .*its cluster stage makes it again"):
+        resample(clusters, histograms, "legal", 5000, "crisp", tmp_path / "resampled")
+    assert not (tmp_path / "resampled").exists()
+
+
+@pytest.mark.ray
+def test_a_damaged_embeddings_shard_is_embedded_again_never_recorded(embedded, mini_corpus_dir, tmp_path, capfd):
+    """Issue 44: the embed stage said "10 of 10 shards already complete and current" over a zeroed shard and
+    recorded its new hash; the cluster stage then read it. Now the shard is made again, saying so."""
+    from slm.data.embed import embed_corpus
+    from tests.conftest import embed_config_for_tests
+
+    embeddings = _copy(embedded[0], tmp_path / "embeddings")
+    shard = sorted(embeddings.rglob("*.parquet"))[0]
+    corrupt(shard, "zeroed")
+    embed_corpus(mini_corpus_dir, embed_config_for_tests(), embeddings)
+    assert f"{shard}: its bytes changed" in capfd.readouterr().out
+    verify(embeddings, "…")
+    assert changed_files(embeddings) == {}
+    assert pq.read_metadata(shard).num_rows > 0  # readable again, and recorded as made now
 
 
 @pytest.mark.ray

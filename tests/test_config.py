@@ -121,10 +121,34 @@ def test_slm_data_maps_flags_to_the_resample_section(slm_cli, tmp_path):
     ("run.name=../../x", "run.name"),
     ("run.name=a/b", "run.name"),
     ("run.name=''", "run.name"),
+    # Issue 44: every name and output folder that becomes a path, and the values that planned or crashed
+    ("sweep.name=../../../../x", "sweep.name"),
+    ("sweep.name=''", "sweep.name"),
+    ("sweep.output=../../..", "sweep.output"),
+    ("pretrain.name=../../../../y", "pretrain.name"),
+    ("pretrain.output=/tmp", "pretrain.output"),
+    ("specialize.name=../../../x", "specialize.name"),
+    ("specialize.output=a/../..", "specialize.output"),
+    ("cluster.output=../c", "cluster.output"),
+    ("stats.output=..", "stats.output"),
+    ("pack.output=x/y", "pack.output"),
+    ("sweep.sizes=[d999]", "sweep.sizes"),
+    ("sweep.sizes=[d0]", "sweep.sizes"),
+    ("sweep.sizes=[enormous]", "sweep.sizes"),
+    ("sweep.large_size=d65", "sweep.large_size"),
+    ("sweep.max_concurrent_trials=-1", "sweep.max_concurrent_trials"),
+    ("sweep.assumed_mfu=0", "sweep.assumed_mfu"),
+    ("sweep.assumed_mfu=-1", "sweep.assumed_mfu"),
+    ("sweep.assumed_mfu=1.5", "sweep.assumed_mfu"),
 ])
 def test_config_holes_fail_before_anything_runs(override, key):
     with pytest.raises(ConfigError, match=f"'{key}'"):
         load_job(None, [override])
+
+
+def test_eval_tokens_says_what_zero_means():
+    with pytest.raises(ConfigError, match=r"'pretrain.train.eval_tokens': must be ≥ 0 \(0: the whole valid split\)"):
+        load_job(None, ["pretrain.train.eval_tokens=-1"])
 
 
 def test_a_numeric_name_is_a_name():

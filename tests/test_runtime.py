@@ -50,3 +50,23 @@ ray.shutdown()
     sockets = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(sockets) >= 8, sockets  # the GCS, the raylet's two, a worker, the agents, the dashboard
     assert all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for ip, _ in sockets), sockets
+
+
+@pytest.mark.ray
+def test_a_job_run_in_a_process_that_has_ray_leaves_that_ray_up(ray_local, corpus_dir, tmp_path, capfd):
+    """Issue 44: the README's test command hung on a fresh clone: `run_job` in the test process ended with
+    `ray.shutdown()`, which stopped the session's Ray (SIGTERM to its GCS), and the next fixture that
+    needed it waited forever. A job ends only the Ray it started."""
+    from slm.job import load_job
+    from slm.pipeline import run_job
+
+    gcs_before = ray_local._private.worker.global_worker.node.gcs_address
+    job = load_job(None, [f"corpus.dir={corpus_dir}", f"run.root={tmp_path}", "run.name=r", "stages=[stats]"])
+    first = run_job(job)
+    assert ray_local.is_initialized()
+    # The stats stage reran in full on every `slm run` (issue 44): a second run finds it current.
+    capfd.readouterr()
+    assert run_job(job)["stats"] == first["stats"]
+    assert "[stats] complete and current" in capfd.readouterr().out
+    assert ray_local._private.worker.global_worker.node.gcs_address == gcs_before
+    assert ray_local.get(ray_local.remote(lambda: 2 + 2).remote()) == 4  # and it still runs tasks

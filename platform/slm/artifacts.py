@@ -14,7 +14,7 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,17 +123,50 @@ def verify(folder: str | Path, remake: str, *, hashes: bool = True, only: list[s
     for rel, want in recorded.items():
         if only is not None and rel not in only:
             continue
-        path = folder / rel
-        if not path.is_file():
-            raise ArtifactError(f"{path}: missing (its stage wrote it); remake it: {remake}")
-        size = path.stat().st_size
-        if size != want["bytes"]:
-            raise ArtifactError(f"{path}: {size:,} bytes, its stage wrote {want['bytes']:,} (truncated or replaced); "
-                                f"remake it: {remake}")
-        if hashes and file_sha256(path) != want["sha256"]:
-            raise ArtifactError(f"{path}: its bytes changed since its stage wrote them (SHA-256 "
-                                f"{want['sha256'][:12]}…, now other); remake it: {remake}")
+        if (what := difference(folder / rel, want, hashes=hashes)) is not None:
+            raise ArtifactError(f"{folder / rel}: {what}; remake it: {remake}")
     return manifest
+
+
+def difference(path: Path, want: dict[str, Any], *, hashes: bool = True) -> str | None:
+    """How the file at ``path`` differs from what its stage recorded (``want``: bytes, sha256), or None."""
+    if not path.is_file():
+        return "missing (its stage wrote it)"
+    if (size := path.stat().st_size) != want["bytes"]:
+        return f"{size:,} bytes, its stage wrote {want['bytes']:,} (truncated or replaced)"
+    if hashes and file_sha256(path) != want["sha256"]:
+        return f"its bytes changed since its stage wrote them (SHA-256 {want['sha256'][:12]}…, now other)"
+    return None
+
+
+def changed_files(folder: str | Path) -> dict[str, str]:
+    """The files ``folder``'s manifest records that are no longer what their stage wrote, by relative path:
+    what differs (missing, another size, other bytes). Empty for a folder without a manifest or whose
+    manifest records no files. A stage that keeps earlier outputs asks this first, and remakes (or
+    refuses) what it lists: a manifest records what was written, never what is found."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    recorded = (manifest or {}).get("files") or {}
+    return {rel: what for rel, want in recorded.items() if (what := difference(folder / rel, want)) is not None}
+
+
+def check_recorded(path: str | Path) -> bool:
+    """Check one file a command is about to read (a model, a checkpoint) against the manifest of the
+    nearest folder above it that has one, when that manifest records it: ``ArtifactError`` naming the file
+    if it differs. False when no manifest records it (a file made elsewhere: read as it is)."""
+    path = Path(path).resolve()
+    for folder in path.parents:
+        manifest = read_manifest(folder)
+        if manifest is None:
+            continue
+        want = (manifest.get("files") or {}).get(path.relative_to(folder).as_posix())
+        if want is None:
+            return False
+        if (what := difference(path, want)) is not None:
+            raise ArtifactError(f"{path}: {what}; remake it: rm -r {folder} and run what made it again "
+                                f"(its manifest: stage {manifest.get('stage', '?')})")
+        return True
+    return False
 
 
 def remake(folder: str | Path, stage: str) -> str:
@@ -152,14 +185,26 @@ def read_manifest(folder: str | Path) -> dict[str, Any] | None:
         raise ValueError(f"{path} is not valid JSON ({err}); delete it to rebuild the stage") from err
 
 
-def write_manifest(folder: str | Path, manifest: dict[str, Any], files: tuple[str, ...] = ("",)) -> dict[str, Any]:
+def write_manifest(folder: str | Path, manifest: dict[str, Any], files: tuple[str, ...] = ("",),
+                   written: Callable[[str], bool] | None = None) -> dict[str, Any]:
     """Write ``manifest`` with the files the stage wrote (``describe_files`` of the sub-folders ``files``:
     sizes and hashes, which ``verify`` checks when they are read) and ``complete: true`` set last (the
-    stage's commit point)."""
+    stage's commit point). A stage that keeps earlier files beside what it wrote now says which are new
+    (``written``: a test on the relative path): every other file the folder's manifest recorded must still
+    be what was recorded (``ArtifactError`` otherwise), so a corrupt file is never recorded as written."""
+    folder = Path(folder)
+    described = describe_files(folder, files)
+    if written is not None:
+        earlier = ((read_manifest(folder) or {}).get("files") or {})
+        for rel, now in described.items():
+            if not written(rel) and rel in earlier and now != earlier[rel]:
+                raise ArtifactError(f"{folder / rel}: changed since its stage wrote it ({now['bytes']:,} bytes, "
+                                    f"SHA-256 {now['sha256'][:12]}…; recorded {earlier[rel]['bytes']:,} bytes, "
+                                    f"{earlier[rel]['sha256'][:12]}…): not recorded over; remake it")
     manifest = {k: v for k, v in manifest.items() if k not in ("complete", "files")}
-    manifest["files"] = describe_files(folder, files)
+    manifest["files"] = described
     manifest["complete"] = True
-    atomic_write_json(Path(folder) / MANIFEST, manifest)
+    atomic_write_json(folder / MANIFEST, manifest)
     return manifest
 
 

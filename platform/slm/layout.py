@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from slm.artifacts import atomic_write_json
+from slm.artifacts import atomic_write_json, check_recorded
 from slm.config import check_name
 
 
@@ -62,9 +62,13 @@ class MissingInputError(FileNotFoundError):
 
 
 def require(path: Path, made_by: str) -> Path:
+    """``path``, which the stage ``made_by`` writes: refused in one line when it is missing, or when it is a
+    file its stage's manifest records and its bytes are no longer what was written."""
     if not path.exists():
         raise MissingInputError(f"{path} does not exist: run the '{made_by}' stage first "
                                 f"(with the same run.root/run.name)")
+    if path.is_file():
+        check_recorded(path)
     return path
 
 

@@ -17,8 +17,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from slm.artifacts import atomic_write_json, atomic_write_text, run_lock, write_manifest
-from slm.config import ConfigError, config_hash, dump_yaml
+from slm.artifacts import (
+    atomic_write_json,
+    atomic_write_text,
+    is_complete,
+    remake,
+    run_lock,
+    verify,
+    write_manifest,
+)
+from slm.config import ConfigError, dump_yaml
 from slm.corpus.config import BUNDLED_DOMAINS
 from slm.corpus.layout import domains as corpus_domains
 from slm.job import JobConfig
@@ -38,20 +46,27 @@ def stage_corpus(cfg: JobConfig, run_dir: Path) -> dict:
 
 
 def stage_stats(cfg: JobConfig, run_dir: Path) -> dict:
-    """Per-source document and token counts of ``corpus.dir``, computed on Ray Data."""
-    from slm.data.stats import corpus_stats, format_table
+    """Per-source document and token counts of ``corpus.dir``, computed on Ray Data (skipped when complete
+    and current: the same settings, corpus files and tokenizer file)."""
+    from slm.data.stats import corpus_stats, format_table, stats_key
 
-    init_ray(cfg.ray)
-    started = time.perf_counter()
-    rows = corpus_stats(cfg.corpus.dir, cfg.stats.tokenizer, cfg.stats.batch_size)
-    print(format_table(rows), flush=True)
     out = RunLayout.of(cfg).stats
-    atomic_write_json(out / "stats.json", rows)
-    write_manifest(out, {"stage": "stats", "config_hash": config_hash(cfg.stats),
-                         "corpus_dir": str(Path(cfg.corpus.dir).expanduser().resolve()),
-                         "rows": len(rows), "documents": sum(r["documents"] for r in rows),
-                         "tokens": sum(r["tokens"] for r in rows),
-                         "seconds": round(time.perf_counter() - started, 1)})
+    key = stats_key(cfg.corpus.dir, cfg.stats)
+    if is_complete(out, key):
+        verify(out, remake(out, "stats"))
+        rows = json.loads((out / "stats.json").read_text())
+        print(f"[stats] complete and current in {out}, skipped", flush=True)
+    else:
+        init_ray(cfg.ray)
+        started = time.perf_counter()
+        rows = corpus_stats(cfg.corpus.dir, cfg.stats.tokenizer, cfg.stats.batch_size)
+        atomic_write_json(out / "stats.json", rows)
+        write_manifest(out, {"stage": "stats", "config_hash": key,
+                             "corpus_dir": str(Path(cfg.corpus.dir).expanduser().resolve()),
+                             "rows": len(rows), "documents": sum(r["documents"] for r in rows),
+                             "tokens": sum(r["tokens"] for r in rows),
+                             "seconds": round(time.perf_counter() - started, 1)})
+    print(format_table(rows), flush=True)
     return {"rows": len(rows), "tokens": sum(r["tokens"] for r in rows), "stats": str(out / "stats.json")}
 
 

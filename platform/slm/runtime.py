@@ -167,13 +167,20 @@ def quiet_ray_data_failures() -> None:
             handler.addFilter(RAY_DATA_FAILURE_LINES)
 
 
+# Whether this process's Ray connection is init_ray's: shutdown_ray ends only that. A job run in a process
+# that had Ray already (the test session's, in-process `run_job`) stopped it: SIGTERM to its GCS, and the
+# next test that needed it waited forever (issue 44).
+_started_here = False
+
+
 def init_ray(cfg: RayConfig):
     """Initialise Ray once per process according to ``cfg``; return the Ray context. The dashboard's Jobs
     page names this driver by ``SLM_JOB_NAME`` (set by the pipeline; a submitted job has its submission's)."""
     import ray  # here, not at the top: the CLI's quick commands (config, corpus) never import Ray
     from ray.job_config import JobConfig as RayJobConfig
 
-    if ray.is_initialized():
+    global _started_here
+    if ray.is_initialized():  # someone else's Ray (a test session's, a notebook's): used, never stopped
         return ray.get_runtime_context()
     configure_output(verbose())
     private_auth_token()
@@ -205,6 +212,7 @@ def init_ray(cfg: RayConfig):
             job_config=job_config,
         )
         where = "started an embedded local Ray"
+    _started_here = True
     private_auth_token()  # before (a token from an earlier Ray) and after (one this start wrote)
     if not verbose():  # Ray Data's execution plans and per-dataset statistics: INFO lines by the dozen
         logging.getLogger("ray.data").setLevel(logging.WARNING)
@@ -250,10 +258,13 @@ def native_bf16(device_type: str) -> bool:
 
 
 def shutdown_ray() -> None:
+    """End the Ray connection ``init_ray`` made (and the local Ray it started); leave one it found."""
     import ray  # as in init_ray: the quick commands never import Ray
 
-    if ray.is_initialized():
+    global _started_here
+    if _started_here and ray.is_initialized():
         ray.shutdown()
+    _started_here = False
 
 
 class PeakMemory:

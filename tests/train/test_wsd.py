@@ -11,6 +11,7 @@ import shutil
 import pytest
 from safetensors.torch import load_file
 
+from slm.artifacts import changed_files, check_recorded
 from slm.job import load_job
 from slm.train.config import OptimConfig
 from slm.train.strategies import lr_lambda
@@ -61,6 +62,9 @@ def test_a_branch_is_the_separate_run_of_its_budget_bit_for_bit(train_run):
     assert index["20"]["cost"]["flops"] == separate["cost"]["flops"] and index["20"]["tokens"] == separate["tokens"]
     assert index["20"]["branch_cost"]["flops"] == pytest.approx(separate["cost"]["flops"] * 5 / 20)
     assert index["20"]["branch_point"] == 15 and index["40"]["cost"]["flops"] == trunk["cost"]["flops"]
+    # The trunk's manifest records what the branches wrote into it: a sweep reading the snapshot checks it.
+    assert changed_files(runs / "wsd-trunk") == {}
+    assert check_recorded(runs / "wsd-trunk" / "snapshots" / f"step-{20:08d}.safetensors")
 
     # Interrupted mid-branch, after its checkpoint at step 18: the branch's later state removed, as a kill
     # leaves it. The rerun skips the complete trunk and resumes the branch from its own step 18.

@@ -33,7 +33,7 @@ from ray.data.aggregate import Count, Sum
 from ray.data.datasource import FileBasedDatasource
 from ray.data.expressions import col
 
-from slm.artifacts import atomic_path, read_manifest, write_manifest
+from slm.artifacts import atomic_path, read_manifest, verify, write_manifest
 from slm.corpus import documents
 from slm.corpus.build import SCHEMA
 from slm.corpus.layout import CORPUS_FILES, GENERIC, domain_dir, generic_dir
@@ -359,7 +359,19 @@ def check_import(path: str, corpus_dir: str | Path, domain: str | None, *, fmt: 
     for given in (path, valid):
         if given:
             input_files(given, fmt, on_error, text_column)
+    # What the import keeps (the other roles' files) must still be what was written: the new manifest
+    # records them again, and never records a damaged file as written.
+    kept = [rel for rel in ((read_manifest(corpus_dir) or {}).get("files") or {})
+            if not rel.startswith(replaced_prefix(role))]
+    if kept:
+        verify(corpus_dir, "`slm corpus build` (the bundled corpus) or `slm corpus import … --replace` (yours)",
+               only=kept)
     return targets
+
+
+def replaced_prefix(role: str) -> str:
+    """The files (relative to the corpus folder) an import of ``role`` replaces."""
+    return f"{GENERIC}/" if role == GENERIC else f"domains/{role}/"
 
 
 def import_corpus(
@@ -385,6 +397,7 @@ def import_corpus(
                            text_column=text_column)
     corpus_dir = Path(corpus_dir).expanduser()
     role = domain or GENERIC
+    replaced = replaced_prefix(role)
     source = source or Path(path.rstrip("/")).name
     started = time.perf_counter()
     normalize = {"text_column": text_column, "source": source, "domain": role, "max_chars": max_doc_chars}
@@ -449,7 +462,7 @@ def import_corpus(
     else:
         manifest.get("domains", {}).pop(role, None)
     manifest.setdefault("imports", {})[role] = record
-    write_manifest(corpus_dir, manifest, files=CORPUS_FILES)
+    write_manifest(corpus_dir, manifest, files=CORPUS_FILES, written=lambda rel: rel.startswith(replaced))
     return record
 
 

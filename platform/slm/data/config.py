@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from slm.config import ConfigError
+from slm.config import ConfigError, check_name
 
 
 @dataclass
@@ -19,6 +19,9 @@ class StatsConfig:
     tokenizer: str = "embedder"
     batch_size: int = 256
     output: str = "stats"  # folder under the run directory
+
+    def validate(self, prefix: str = "") -> None:
+        check_name(self.output, f"{prefix}output")  # a folder in the run directory: never a path out of it
 
 
 @dataclass
@@ -97,6 +100,7 @@ class ClusterConfig:
     pin: str = ""
 
     def validate(self, prefix: str = "") -> None:
+        check_name(self.output, f"{prefix}output")  # a folder in the run directory: never a path out of it
         if not 0 <= self.max_unpinned <= 1:
             raise ConfigError(f"config key '{prefix}max_unpinned': must be in [0, 1], got {self.max_unpinned}")
         if self.k < 1:
@@ -115,6 +119,7 @@ class HistogramConfig:
     output: str = "histograms"
 
     def validate(self, prefix: str = "") -> None:
+        check_name(self.output, f"{prefix}output")  # a folder in the run directory: never a path out of it
         if self.alpha < 0:
             raise ConfigError(f"config key '{prefix}alpha': must be ≥ 0, got {self.alpha}")
 
@@ -142,6 +147,7 @@ class ResampleConfig:
         return self.domains or [self.domain]
 
     def validate(self, prefix: str = "") -> None:
+        check_name(self.output, f"{prefix}output")  # a folder in the run directory: never a path out of it
         if len(set(self.methods)) != len(self.methods):
             raise ConfigError(f"config key '{prefix}methods': listed twice: {self.methods}")
         if self.tokens <= 0:
@@ -161,6 +167,7 @@ class TokenizerConfig:
     output: str = "tokenizer"  # <run dir>/tokenizer/tokenizer.json
 
     def validate(self, prefix: str = "") -> None:
+        check_name(self.output, f"{prefix}output")  # a folder in the run directory: never a path out of it
         if not 257 <= self.vocab_size <= 65535:
             raise ConfigError(f"config key '{prefix}vocab_size': must be in [257, 65535], got {self.vocab_size}")
 
@@ -177,6 +184,7 @@ class PackConfig:
     output: str = "packed"  # <run dir>/packed/<set>[/<method>]/
 
     def validate(self, prefix: str = "") -> None:
+        check_name(self.output, f"{prefix}output")  # a folder in the run directory: never a path out of it
         unknown = [x for x in self.sets if x not in ("generic", "resampled", "domain", "valid")]
         if unknown:
             raise ConfigError(f"config key '{prefix}sets': unknown set(s) {unknown}; "

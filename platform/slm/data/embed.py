@@ -43,7 +43,14 @@ import ray
 import ray.data
 from ray.data import ActorPoolStrategy
 
-from slm.artifacts import atomic_path, atomic_write_text, file_sha256, read_manifest, write_manifest
+from slm.artifacts import (
+    atomic_path,
+    atomic_write_text,
+    changed_files,
+    file_sha256,
+    read_manifest,
+    write_manifest,
+)
 from slm.config import config_hash
 from slm.corpus.documents import hash_uniform
 from slm.corpus.layout import corpus_files, domain_dir, domains, verify_corpus
@@ -255,11 +262,17 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
     if existing and existing.get("config_hash") != key:
         raise ValueError(f"{out} holds embeddings of another embed config ({existing.get('config_hash')} ≠ {key}); "
                          "choose another embed.output or delete it")
+    # A shard an earlier run committed is kept only while it is what that run wrote: one whose bytes
+    # changed since (zeroed, truncated, replaced) is embedded again, never recorded as it is found.
+    for rel, what in changed_files(out).items():
+        if (out / rel).is_file():
+            print(f"[embed] {out / rel}: {what}; embedding its shard again", flush=True)
+            (out / rel).unlink()
     fingerprints = current_fingerprints(corpus_dir, cfg)
     dropped = drop_stale(out, fingerprints)
     if dropped:
         print(f"[embed] dropped {len(dropped)} shards made from other inputs or settings "
-              f"(re-imported, removed, or another embed.fraction): {', '.join(dropped[:5])}"
+              f"(re-imported, removed, another embed.fraction, or unreadable): {', '.join(dropped[:5])}"
               + (" …" if len(dropped) > 5 else ""), flush=True)
     shard_of = {path: shard_key(corpus_dir, path) for path in shards}
     wanted = {shard_of[path]: selected_ids(path, fraction_of[path]) for path in shards}
@@ -345,7 +358,7 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
                               **steady_state(summaries, wall_started)},
         "seconds": round(time.perf_counter() - started, 1),
     }
-    write_manifest(out, manifest)
+    write_manifest(out, manifest, written=lambda rel: rel.removesuffix(".parquet") in todo)
     print(f"[embed] {manifest['documents']} documents → {manifest['windows']} windows in {out} "
           f"({manifest['embedded_this_run']['windows']} embedded now, {manifest['seconds']}s)", flush=True)
     return manifest
@@ -432,7 +445,12 @@ def current_fingerprints(corpus_dir: Path, cfg: EmbedConfig) -> dict[str, str]:
 
 
 def output_fingerprint(path: str | Path) -> str | None:
-    metadata = pq.read_schema(path).metadata or {}
+    """The input fingerprint a shard was written with; None when it has none or cannot be read (a shard
+    an interrupted run committed before any manifest recorded it, since damaged): made again."""
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+    except (pa.ArrowInvalid, OSError):
+        return None
     value = metadata.get(FINGERPRINT_KEY)
     return value.decode() if value else None
 

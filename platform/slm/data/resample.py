@@ -30,7 +30,15 @@ import pyarrow.parquet as pq
 import ray.data
 from ray.data.expressions import col
 
-from slm.artifacts import atomic_path, input_digests, is_complete, read_manifest, write_manifest
+from slm.artifacts import (
+    atomic_path,
+    input_digests,
+    is_complete,
+    read_manifest,
+    remake,
+    verify,
+    write_manifest,
+)
 from slm.config import ConfigError, config_hash
 from slm.corpus.documents import hash_seed
 from slm.corpus.layout import corpus_files, domain_dir
@@ -175,6 +183,8 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
                          f"embed its train split (add it to embed.domains, or leave embed.domains empty for every "
                          f"domain), then run the cluster and histogram stages again")
 
+    # The assignments it draws from, against what the cluster stage wrote (a zeroed file read on as data).
+    verify(cluster_dir, remake(cluster_dir, "cluster"))
     started = time.perf_counter()
     # Its inputs: the assignments drawn from, the histograms aimed at, the corpus DSIR reads (its manifest
     # records every shard's SHA-256), and every setting of the draw.

@@ -15,8 +15,10 @@ import pyarrow.parquet as pq
 import ray.data
 from ray.data.aggregate import Count, Sum
 
+from slm.config import config_hash
 from slm.corpus.layout import corpus_files, verify_corpus
 from slm.data import tokenizers
+from slm.data.config import StatsConfig
 from slm.progress import Progress, RemoteProgress, report
 
 
@@ -31,6 +33,20 @@ def _count_tokens(batch: pa.Table, tokenizer: str, progress) -> pa.Table:
         "n_chars": batch.column("n_chars"),
         "n_tokens": pa.array(np.fromiter((len(e.ids) for e in encoded), np.int64, len(encoded))),
     })
+
+
+def stats_key(corpus_dir: str | Path, cfg: StatsConfig) -> str:
+    """What the counts depend on: the settings, the corpus's files (as its manifest records them, checked
+    against the disk; else hashed here) and the tokenizer's file when it is one."""
+    from slm.artifacts import input_digests, read_manifest
+
+    verify_corpus(corpus_dir)
+    manifest = read_manifest(corpus_dir)
+    recorded = manifest.get("files") if manifest else None
+    corpus = recorded if recorded is not None else input_digests(sorted(p for v in corpus_files(corpus_dir).values()
+                                                                         for p in v))
+    tokenizer = input_digests([cfg.tokenizer]) if cfg.tokenizer != tokenizers.EMBEDDER else cfg.tokenizer
+    return config_hash({"stats": cfg, "corpus": corpus, "tokenizer": tokenizer})
 
 
 def corpus_stats(corpus_dir: str | Path, tokenizer: str = tokenizers.EMBEDDER, batch_size: int = 256) -> list[dict]:

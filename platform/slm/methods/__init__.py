@@ -7,7 +7,7 @@ shipped here (the modules below); a new one is one more module here and its test
 
 from slm.methods import dense, mixture, projected, soup  # noqa: F401  (they register themselves)
 from slm.methods.base import Architecture, Method
-from slm.methods.checkpoint import load_model, read_metadata, save_model
+from slm.methods.checkpoint import load_model, save_model
 from slm.methods.registry import get, names, register
 from slm.models.gpt import GPTConfig
 
@@ -35,4 +35,4 @@ def display(name: str) -> tuple[str, str]:
 
 
 __all__ = ["Architecture", "BASELINE", "DISTILLED", "SLM_IS", "SLM_MIX", "SLM_PN", "SOUP", "Method", "dense_record", "display", "get",
-           "load_model", "names", "read_metadata", "register", "save_model"]
+           "load_model", "names", "register", "save_model"]

@@ -8,14 +8,13 @@ import json
 from pathlib import Path
 
 import torch.nn as nn
-from safetensors import safe_open
 from safetensors.torch import load_model as load_tensors
 from safetensors.torch import save_model as save_tensors
 
-from slm.artifacts import atomic_path
+from slm.artifacts import atomic_path, check_recorded
 from slm.methods.base import Architecture
 from slm.methods.registry import get
-from slm.models.gpt import load_dense, save_dense
+from slm.models.gpt import load_dense_unchecked, read_safetensors_metadata, save_dense
 
 
 def save_model(model: nn.Module, arch: Architecture, path: str | Path, metadata: dict | None = None) -> None:
@@ -28,16 +27,13 @@ def save_model(model: nn.Module, arch: Architecture, path: str | Path, metadata:
         save_tensors(model, str(tmp), metadata=meta)
 
 
-def read_metadata(path: str | Path) -> dict[str, str]:
-    with safe_open(str(path), framework="pt") as f:
-        return f.metadata() or {}
-
-
 def load_model(path: str | Path) -> tuple[nn.Module, Architecture]:
-    """Any slm checkpoint → (module, architecture record)."""
-    meta = read_metadata(path)
+    """Any slm checkpoint → (module, architecture record); checked first against the manifest that
+    records it (``slm.artifacts.check_recorded``)."""
+    check_recorded(path)
+    meta = read_safetensors_metadata(path)
     if meta.get("slm.model") == "gpt":
-        model = load_dense(path)
+        model = load_dense_unchecked(path)
         method = json.loads(meta.get("slm.method", '"generic"'))
         return model, Architecture(method, model.config)
     if meta.get("slm.model") != "method":

@@ -46,8 +46,17 @@ class ModelConfig:
         return self.methods[method]
 
 
-def size_config(size: str) -> ModelConfig:
-    """A sweep's size name → ModelConfig: ``d<depth>`` (nanochat's dial) or a preset name."""
+def size_config(size: str, key: str = "sweep.sizes") -> ModelConfig:
+    """A sweep's size name → ModelConfig: ``d<depth>`` (nanochat's dial, depth 1 to ``MAX_DEPTH``) or a
+    preset name; anything else is refused naming ``key``."""
     if size.startswith("d") and size[1:].isdigit():
-        return ModelConfig(depth=int(size[1:]))
+        depth = int(size[1:])
+        if not 1 <= depth <= MAX_DEPTH:
+            raise ConfigError(f"config key '{key}': {size!r} has depth {depth}; d<depth> takes 1 to {MAX_DEPTH}")
+        return ModelConfig(depth=depth)
+    from slm.models.gpt import PRESETS  # torch: only for a preset name
+
+    if size not in PRESETS:
+        raise ConfigError(f"config key '{key}': {size!r} is neither d<depth> (1 to {MAX_DEPTH}) nor a preset "
+                          f"({', '.join(sorted(PRESETS))})")
     return ModelConfig(preset=size)

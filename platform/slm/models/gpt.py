@@ -18,10 +18,10 @@ from typing import Literal
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
-from slm.artifacts import atomic_path
+from slm.artifacts import ArtifactError, atomic_path, check_recorded
 
 
 class ModelConfigError(ValueError):
@@ -223,8 +223,24 @@ def save_dense(model: GPT, path: str | Path, metadata: dict | None = None) -> No
 
 
 def load_dense(path: str | Path, device: str = "cpu") -> GPT:
-    with safe_open(str(path), framework="pt") as f:
-        meta = f.metadata() or {}
+    """A dense GPT saved by ``save_dense``, checked first against the manifest that records it."""
+    check_recorded(path)
+    return load_dense_unchecked(path, device)
+
+
+def read_safetensors_metadata(path: str | Path) -> dict[str, str]:
+    """A safetensors file's header metadata; a file that is not one (truncated, another format) is
+    refused in one line naming it."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return f.metadata() or {}
+    except SafetensorError as err:
+        raise ArtifactError(f"{path}: not a readable safetensors file ({err})") from None
+
+
+def load_dense_unchecked(path: str | Path, device: str = "cpu") -> GPT:
+    """``load_dense`` for a caller that checked the file already."""
+    meta = read_safetensors_metadata(path)
     if meta.get("slm.model") != "gpt":
         raise ValueError(f"{path} is not a dense slm GPT checkpoint (metadata: {sorted(meta)})")
     model = GPT(GPTConfig(**json.loads(meta["slm.config"])))

@@ -9,7 +9,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from slm.config import NOT_HASHED, ConfigError
+from slm.config import NOT_HASHED, ConfigError, check_name
 from slm.corpus.config import CorpusConfig
 from slm.data.config import (
     ClusterConfig,
@@ -208,9 +208,10 @@ class TrainConfig:
         for name in ("batch_size", "log_every", "torch_threads", "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"config key '{prefix}{name}': must be at least 1, got {getattr(self, name)}")
-        for name in ("checkpoint_every", "report_every", "eval_every", "eval_tokens"):
+        for name, zero in (("checkpoint_every", "off"), ("report_every", "off"), ("eval_every", "off"),
+                           ("eval_tokens", "the whole valid split")):
             if getattr(self, name) < 0:
-                raise ConfigError(f"config key '{prefix}{name}': must be ≥ 0 (0: off), got {getattr(self, name)}")
+                raise ConfigError(f"config key '{prefix}{name}': must be ≥ 0 (0: {zero}), got {getattr(self, name)}")
         if self.max_failures < -1:
             raise ConfigError(f"config key '{prefix}max_failures': must be ≥ 0, or -1 for no limit, "
                               f"got {self.max_failures}")
@@ -239,6 +240,11 @@ class PretrainConfig:
     # this run's state at N's decay start, trained after this run as a run of N steps would end.
     snapshot_steps: list[int] = field(default_factory=list)
     output: str = "checkpoints"
+
+    def validate(self, prefix: str = "") -> None:
+        if self.name:  # folders in the run directory: never a path out of it
+            check_name(self.name, f"{prefix}name")
+        check_name(self.output, f"{prefix}output")
 
     @property
     def run_name(self) -> str:
@@ -272,6 +278,9 @@ class SpecializeConfig:
     output: str = "specialized"
 
     def validate(self, prefix: str = "") -> None:
+        if self.name:  # folders in the run directory: never a path out of it
+            check_name(self.name, f"{prefix}name")
+        check_name(self.output, f"{prefix}output")
         if self.domain_tokens <= 0:
             raise ConfigError(f"config key '{prefix}domain_tokens': must be positive, got {self.domain_tokens}")
         if self.expert < -1:

@@ -32,13 +32,15 @@ def materialize(packed_dir: str | Path) -> Path:
     files = sorted((packed_dir / "data").glob("*.parquet"))
     if not files:
         raise FileNotFoundError(f"{packed_dir / 'data'} holds no packed Parquet files: run `slm data pack` first")
+    # The packed set against its manifest first, arrays or not: the arrays are what training reads, but a
+    # damaged packed set (zeroed Parquet beside intact arrays trained with no word) is refused, naming it.
+    verify(packed_dir, remake(packed_dir, "pack"), only=[f"data/{f.name}" for f in files])
     fingerprint = json.dumps([(f.name, f.stat().st_size) for f in files])
     if is_complete(out) and json.loads((out / "manifest.json").read_text()).get("fingerprint") == fingerprint:
         # A run starts here (the driver): the arrays it trains on read in full against their hashes once
         # (workers check the sizes, PackedArrays.open). A zeroed tokens.npy trained 20 steps to exit 0.
         verify(out, f"rm -r {out} (the next run makes it again from {packed_dir / 'data'})")
         return out
-    verify(packed_dir, remake(packed_dir, "pack"), only=[f"data/{f.name}" for f in files])
     rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     if rows == 0:
         raise ValueError(f"{packed_dir}: the packed set has no sequences")

@@ -223,6 +223,8 @@ def pretrain(cfg: TrainJob) -> dict:
     manifest = _run("pretrain", spec, output, cfg.ray, extra)
     for budget in branched:
         _branch(spec, budget, output, cfg, extra)
+    if branched:  # the branches' models and the snapshot index, recorded with the rest of the trunk's files
+        manifest = write_manifest(output.dir, manifest, written=lambda rel: rel.startswith("snapshots/"))
     return manifest
 
 

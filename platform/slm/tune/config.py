@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from slm.config import ConfigError
+from slm.config import ConfigError, check_name
+from slm.models.config import size_config
 from slm.train.config import TrainJob
 
 
@@ -59,6 +60,17 @@ class SweepConfig:
     output: str = "sweeps"  # <run dir>/sweeps/<name>/: results.parquet, results.csv, report/
 
     def validate(self, prefix: str = "") -> None:
+        check_name(self.name, f"{prefix}name")  # folders under the run directory: never a path out of it
+        check_name(self.output, f"{prefix}output")
+        for size in self.sizes:
+            size_config(size, f"{prefix}sizes")
+        if self.large_size:
+            size_config(self.large_size, f"{prefix}large_size")
+        if self.max_concurrent_trials < 0:
+            raise ConfigError(f"config key '{prefix}max_concurrent_trials': must be ≥ 0 (0: as many as the "
+                              f"cluster's CPUs or GPUs hold), got {self.max_concurrent_trials}")
+        if not 0 < self.assumed_mfu <= 1:
+            raise ConfigError(f"config key '{prefix}assumed_mfu': a fraction of peak in (0, 1], got {self.assumed_mfu}")
         for key in ("sizes", "pretrain_steps", "domain_tokens", "specialize_steps"):
             if not getattr(self, key):
                 raise ConfigError(f"config key '{prefix}{key}': the sweep needs at least one value")
