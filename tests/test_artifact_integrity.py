@@ -199,3 +199,25 @@ def test_corrupt_corpus_shards_stop_the_stages_that_read_them(mini_corpus_dir, t
     for read in (lambda: corpus_stats(corpus), lambda: embed_corpus(corpus, embed_config_for_tests(), tmp_path / "e")):
         with pytest.raises(ArtifactError, match=rf"{shard.name}: .*`slm corpus build` .* or `slm corpus import"):
             read()
+
+
+def test_an_import_checks_the_roles_it_keeps_before_anything_is_read(tmp_path):
+    """Issue 44: an import rewrote the corpus manifest over every role's files as found; a damaged shard of
+    another role is refused (before Ray starts: `slm corpus import` calls check_import first), the one the
+    import replaces is not in question."""
+    import pyarrow as pa
+
+    from slm.corpus.importer import check_import
+
+    corpus = tmp_path / "corpus"
+    for rel in ("generic/part-0.parquet", "domains/legal/train/part-0.parquet", "domains/legal/valid/part-0.parquet"):
+        (corpus / rel).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"text": [f"{rel} document {i}" for i in range(50)]}), corpus / rel)
+    write_manifest(corpus, {"stage": "corpus"}, files=("generic", "domains"))
+    given = tmp_path / "new.jsonl"
+    given.write_text('{"text": "a new domain document"}\n')
+    check_import(str(given), corpus, "medical")  # all whole
+    corrupt(corpus / "domains" / "legal" / "train" / "part-0.parquet", "zeroed")
+    with pytest.raises(ArtifactError, match=r"legal/train/part-0.parquet: its bytes changed .*slm corpus import"):
+        check_import(str(given), corpus, "medical")
+    check_import(str(given), corpus, "legal", replace=True)  # the damaged role is the one replaced: fine

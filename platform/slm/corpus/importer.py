@@ -392,7 +392,7 @@ def import_corpus(
     """Import ``path`` into ``corpus_dir`` as the generic corpus (``domain=None``) or a domain: its valid
     split the documents of ``valid`` when given (those also in ``path`` leave train), else chosen by hash.
     Lines that are not records are quarantined and counted (``on_error="skip"``) or stop the import
-    (``"fail"``). Written in files of at least ``shard_docs`` documents, as the bundled build's shards."""
+    (``"fail"``). Written in files near ``shard_docs`` documents (or below: docs/corpus.md)."""
     targets = check_import(path, corpus_dir, domain, fmt=fmt, valid=valid, replace=replace, on_error=on_error,
                            text_column=text_column)
     corpus_dir = Path(corpus_dir).expanduser()
@@ -423,8 +423,8 @@ def import_corpus(
     with atomic_path(folder) as staged:
         for split, part in parts.items():
             out = staged if role == GENERIC else staged / split
-            # Files of at least shard_docs documents: Ray Data writes one per block otherwise (a 10 MB
-            # domain of 2,993 documents came out as 348 files of ~30 KB; the bundled domains have 1-2).
+            # Files near shard_docs documents (Ray Data's min_rows_per_file, per write task: near it or below,
+            # docs/corpus.md); without it one per block (a 10 MB domain came out as 348 files of ~30 KB).
             part.select_columns(columns).write_parquet(str(out), min_rows_per_file=shard_docs)
             if not sum(pq.read_metadata(f).num_rows for f in out.glob("*.parquet")):
                 why = f"valid_fraction={valid_fraction}" if given_valid is None else f"--valid {valid}"
