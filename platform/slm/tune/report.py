@@ -313,9 +313,11 @@ def _fitted_figure(path: Path, fams: list[ladder.Family], crossings: list[ladder
     for k in range(len(cells), n_rows * n_cols):
         axes[k // n_cols][k % n_cols].set_visible(False)
     fig.legend(list(shown.values()), list(shown), loc="outside right upper", fontsize=8)
-    fig.suptitle("Fitted L = E + A·C^−α per method (log-perplexity against pretraining FLOPs): points the means "
-                 "± 1 s.e. over seeds, solid within the measured budgets, dashed beyond, the band the 95% interval "
-                 "across seeds; dotted: where two methods' curves cross", fontsize=8, x=0.01,
+    # Wrapped to the panels' width: the legend sits at the right, level with the title (one line ran under it).
+    title = ("Fitted L = E + A·C^−α per method (log-perplexity against pretraining FLOPs): points the means ± 1 s.e. "
+             "over seeds, solid within the measured budgets, dashed beyond, the band the 95% interval across seeds; "
+             "dotted: where two methods' curves cross")
+    fig.suptitle(textwrap.fill(title, width=max(60, int(14 * 4.4 * n_cols))), fontsize=8, x=0.01,
                  horizontalalignment="left")
     _save(plt, fig, path)
     return True
