@@ -1,7 +1,7 @@
 """How often do the fitted curves' 95% intervals cover what was measured at a budget they did not see?
 
     python benchmarks/curve_coverage.py --ladder benchmarks/results/pilot_wsd --ladder benchmarks/results/ladder_ci \
-        [--sweep runs/quickstart/sweeps/quickstart] --out benchmarks/results/curve_coverage.json
+        --sweep benchmarks/results/quickstart_wsd --out benchmarks/results/curve_coverage.json
 
 For every curve with at least four budgets: fit it on all but the largest budget (``slm.tune.curves``, the
 rules the report and ``slm advise`` use), read the curve's 95% interval at the largest, and compare it with
