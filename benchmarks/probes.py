@@ -1,6 +1,9 @@
-"""Issue 19's and 32's probes, re-measured: bad input to `slm corpus import`, config values that must fail
+"""Issue 19's, 32's and 44's probes, re-measured: bad input to `slm corpus import`, config values that must fail
 before anything runs, corrupt artifacts (zeroed, truncated, swapped: each must stop what reads it in one
-line naming the file) and the sockets a local DDP run listens on (none beyond the loopback). Each probe is run as a user would (the `slm` command, a fresh corpus folder each) and
+line naming the file), corrupt artifacts met by the commands a user runs (`slm run`, `slm data resample`,
+`generate`, `export`, `train specialize --source`, `train pretrain`, `corpus import`: remade saying so, or
+refused in one line, and no manifest recorded over them), the stats stage's rerun, and the sockets a local
+DDP run listens on (none beyond the loopback). Each probe is run as a user would (the `slm` command, a fresh corpus folder each) and
 judged by what came back:
 
 - an input probe is *handled* when the command either imports what it should (the documents counted,
@@ -11,6 +14,7 @@ judged by what came back:
   stage starts) exits non-zero with an error naming the config key.
 
     .venv/bin/python benchmarks/probes.py > benchmarks/results/probes.json
+    .venv/bin/python benchmarks/probes.py --only config integrity stats_rerun   # some sections
 
 Needs the bundled corpus (`slm corpus build`) for real text; ~2 s a config probe, ~20 s an input probe
 (each import starts its own local Ray, as the command does); the artifact probes make a tiny run first
@@ -421,77 +425,128 @@ def socket_probe(overrides: list[str]) -> dict:
     return {"rc": out["rc"], "listening": len(out["listening"]), "beyond_loopback": off}
 
 
+SECTIONS = ("inputs", "names", "config", "artifacts", "integrity", "stats_rerun", "sockets")
+
+
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                    help="run these sections only (the artifact, integrity, stats and socket probes share one tiny run)")
+    only = set(ap.parse_args().only)
     started = time.perf_counter()
-    results = {"inputs": [], "names": [], "config": []}
+    results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        for name, args, expect in input_probes(root / "in"):
-            corpus = root / "corpora" / str(len(results["inputs"]))
-            if expect.get("existing"):  # a corpus imported before, which a second import must keep
-                assert slm("corpus", "import", args[0], "--generic", f"corpus.dir={corpus}").returncode == 0
-            before = files_of(corpus)
-            began = time.perf_counter()
-            proc = slm("corpus", "import", args[0], "--generic", *args[1:], f"corpus.dir={corpus}")
-            handled, said = judge_input(expect, proc, corpus, before)
-            row = {"probe": name, "handled": handled, "said": said}
-            if "error" in expect and not expect.get("needs_records"):
-                # found without reading records: before Ray starts, for a local path (docs/corpus.md)
-                row |= {"refused_before_ray": "[ray] started" not in proc.stdout + proc.stderr,
-                        "seconds": round(time.perf_counter() - began, 1)}
-            results["inputs"].append(row)
-            print(f"[probe] input {name}: {'handled' if handled else 'NOT handled'} ({said})", file=sys.stderr, flush=True)
-        for name, value, words in NAME_PROBES:
-            began = time.perf_counter()
-            proc = slm("corpus", "import", str(root / "in" / "bom.jsonl"), "--domain", value, f"corpus.dir={root / 'names'}")
-            text = proc.stdout + proc.stderr
-            refused = (proc.returncode != 0 and all(w in text for w in words) and "Traceback" not in text
-                       and "[ray]" not in text)  # before Ray starts
-            results["names"].append({"probe": name, "refused_before_ray": refused, "seconds": round(time.perf_counter() - began, 1),
-                                     "said": text.strip().splitlines()[-1][:200] if text.strip() else ""})
-        for kind, probes in (("config", CONFIG_PROBES), ("run", RUN_PROBES)):
-            for name, override, key in probes:
-                # A run probe keeps the quickstart's stages (an override of `stages` replaces them): a
-                # refusal must come before the first stage starts.
-                args = (("config", "jobs/quickstart.yaml", override) if kind == "config" else
-                        ("run", "jobs/quickstart.yaml", override, f"run.root={root / 'runs'}"))
-                proc = slm(*args)
-                text = proc.stdout + proc.stderr
-                refused = (proc.returncode != 0 and key in text and "Traceback" not in text
-                           and "[run] stage" not in text)
-                results["config"].append({"probe": name, "refused": refused,
-                                          "said": text.strip().splitlines()[-1][:200] if text.strip() else ""})
-        for name, body, word in YAML_PROBES:
-            job = root / "job.yaml"
-            job.write_text(body)
-            proc = slm("config", str(job))
-            text = proc.stdout + proc.stderr
-            refused = proc.returncode != 0 and word in text and "Traceback" not in text
-            results["config"].append({"probe": name, "refused": refused,
-                                      "said": text.strip().splitlines()[-1][:200] if text.strip() else ""})
-        base = root / "base"
-        base.mkdir()
-        overrides = tiny_run(base)
-        results["artifacts"] = artifact_probes(base, overrides)
-        results["integrity"] = integrity_probes(base, overrides)
-        results["stats_rerun"] = stats_rerun_probe(overrides)
-        results["sockets"] = socket_probe(overrides)
-    results["counts"] = {
-        "corrupt artifacts detected in one line / tried":
-            f"{sum(r['detected_one_line'] for r in results['artifacts'])} / {len(results['artifacts'])}",
-        "corrupt artifacts remade or refused through the commands a user runs / tried":
-            f"{sum(r['passed'] for r in results['integrity'])} / {len(results['integrity'])}",
-        "stats stage skipped when current on a second `slm run`": results["stats_rerun"]["passed"],
-        "sockets beyond the loopback (2-worker DDP on the embedded Ray)": len(results["sockets"]["beyond_loopback"]),
-        "bad inputs handled / tried": f"{sum(r['handled'] for r in results['inputs'])} / {len(results['inputs'])}",
-        "inputs refused without reading records, before Ray starts / tried": (
-            f"{sum(r.get('refused_before_ray', False) for r in results['inputs'])} / "
-            f"{sum('refused_before_ray' in r for r in results['inputs'])}"),
-        "bad names refused before Ray / tried": f"{sum(r['refused_before_ray'] for r in results['names'])} / {len(results['names'])}",
-        "bad configs refused / tried": f"{sum(r['refused'] for r in results['config'])} / {len(results['config'])}",
-    }
+        if "inputs" in only:
+            results["inputs"] = run_input_probes(root)
+        if "names" in only:
+            results["names"] = run_name_probes(root)
+        if "config" in only:
+            results["config"] = run_config_probes(root)
+        if only & {"artifacts", "integrity", "stats_rerun", "sockets"}:
+            base = root / "base"
+            base.mkdir()
+            overrides = tiny_run(base)
+            if "artifacts" in only:
+                results["artifacts"] = artifact_probes(base, overrides)
+            if "integrity" in only:
+                results["integrity"] = integrity_probes(base, overrides)
+            if "stats_rerun" in only:
+                results["stats_rerun"] = stats_rerun_probe(overrides)
+            if "sockets" in only:
+                results["sockets"] = socket_probe(overrides)
+    results["counts"] = counts(results)
     results["seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(results, indent=2))
+
+
+def run_input_probes(root: Path) -> list[dict]:
+    rows = []
+    for name, args, expect in input_probes(root / "in"):
+        corpus = root / "corpora" / str(len(rows))
+        if expect.get("existing"):  # a corpus imported before, which a second import must keep
+            assert slm("corpus", "import", args[0], "--generic", f"corpus.dir={corpus}").returncode == 0
+        before = files_of(corpus)
+        began = time.perf_counter()
+        proc = slm("corpus", "import", args[0], "--generic", *args[1:], f"corpus.dir={corpus}")
+        handled, said = judge_input(expect, proc, corpus, before)
+        row = {"probe": name, "handled": handled, "said": said}
+        if "error" in expect and not expect.get("needs_records"):
+            # found without reading records: before Ray starts, for a local path (docs/corpus.md)
+            row |= {"refused_before_ray": "[ray] started" not in proc.stdout + proc.stderr,
+                    "seconds": round(time.perf_counter() - began, 1)}
+        rows.append(row)
+        print(f"[probe] input {name}: {'handled' if handled else 'NOT handled'} ({said})", file=sys.stderr, flush=True)
+    return rows
+
+
+def run_name_probes(root: Path) -> list[dict]:
+    if not (root / "in" / "bom.jsonl").exists():
+        input_probes(root / "in")  # writes the probe inputs (a name probe imports one of them)
+    rows = []
+    for name, value, words in NAME_PROBES:
+        began = time.perf_counter()
+        proc = slm("corpus", "import", str(root / "in" / "bom.jsonl"), "--domain", value, f"corpus.dir={root / 'names'}")
+        text = proc.stdout + proc.stderr
+        refused = (proc.returncode != 0 and all(w in text for w in words) and "Traceback" not in text
+                   and "[ray]" not in text)  # before Ray starts
+        rows.append({"probe": name, "refused_before_ray": refused, "seconds": round(time.perf_counter() - began, 1),
+                     "said": text.strip().splitlines()[-1][:200] if text.strip() else ""})
+    return rows
+
+
+def run_config_probes(root: Path) -> list[dict]:
+    rows = []
+    for kind, probes in (("config", CONFIG_PROBES), ("run", RUN_PROBES)):
+        for name, override, key in probes:
+            # A run probe keeps the quickstart's stages (an override of `stages` replaces them): a
+            # refusal must come before the first stage starts.
+            args = (("config", "jobs/quickstart.yaml", override) if kind == "config" else
+                    ("run", "jobs/quickstart.yaml", override, f"run.root={root / 'runs'}"))
+            proc = slm(*args)
+            text = proc.stdout + proc.stderr
+            refused = (proc.returncode != 0 and key in text and "Traceback" not in text
+                       and "[run] stage" not in text)
+            rows.append({"probe": name, "refused": refused,
+                         "said": text.strip().splitlines()[-1][:200] if text.strip() else ""})
+    for name, body, word in YAML_PROBES:
+        job = root / "job.yaml"
+        job.write_text(body)
+        proc = slm("config", str(job))
+        text = proc.stdout + proc.stderr
+        refused = proc.returncode != 0 and word in text and "Traceback" not in text
+        rows.append({"probe": name, "refused": refused,
+                     "said": text.strip().splitlines()[-1][:200] if text.strip() else ""})
+    return rows
+
+
+def counts(results: dict) -> dict:
+    """Each section's tally, for the sections that ran."""
+    def tally(section: str, key: str) -> str:
+        rows = results[section]
+        return f"{sum(bool(r.get(key)) for r in rows)} / {len(rows)}"
+
+    out = {}
+    if "artifacts" in results:
+        out["corrupt artifacts detected in one line / tried"] = tally("artifacts", "detected_one_line")
+    if "integrity" in results:
+        out["corrupt artifacts remade or refused through the commands a user runs / tried"] = tally("integrity", "passed")
+    if "stats_rerun" in results:
+        out["stats stage skipped when current on a second `slm run`"] = results["stats_rerun"]["passed"]
+    if "sockets" in results:
+        out["sockets beyond the loopback (2-worker DDP on the embedded Ray)"] = len(results["sockets"]["beyond_loopback"])
+    if "inputs" in results:
+        out["bad inputs handled / tried"] = tally("inputs", "handled")
+        out["inputs refused without reading records, before Ray starts / tried"] = (
+            f"{sum(r.get('refused_before_ray', False) for r in results['inputs'])} / "
+            f"{sum('refused_before_ray' in r for r in results['inputs'])}")
+    if "names" in results:
+        out["bad names refused before Ray / tried"] = tally("names", "refused_before_ray")
+    if "config" in results:
+        out["bad configs refused / tried"] = tally("config", "refused")
+    return out
 
 
 if __name__ == "__main__":
