@@ -156,6 +156,7 @@ def generic_sampled(out: Path, every: int | None, to: Path) -> tuple[pa.Table, n
     (to / "assignments").mkdir(parents=True)
     pq.write_table(table.filter(pa.array(keep)), to / "assignments" / "part-0.parquet")
     (to / "clusters.json").write_text((out / "clusters.json").read_text())
+    write_manifest(to, {"stage": "cluster"})  # as the cluster stage records what it wrote (resample checks it)
     return table, keep
 
 
