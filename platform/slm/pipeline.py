@@ -48,11 +48,13 @@ def stage_corpus(cfg: JobConfig, run_dir: Path) -> dict:
 def stage_stats(cfg: JobConfig, run_dir: Path) -> dict:
     """Per-source document and token counts of ``corpus.dir``, computed on Ray Data (skipped when complete
     and current: the same settings, corpus files and tokenizer file)."""
+    from slm.corpus.layout import verify_corpus
     from slm.data.stats import corpus_stats, format_table, stats_key
 
     out = RunLayout.of(cfg).stats
     key = stats_key(cfg.corpus.dir, cfg.stats)
     if is_complete(out, key):
+        verify_corpus(cfg.corpus.dir)  # the corpus as its manifest records it (corpus_stats checks it otherwise)
         verify(out, remake(out, "stats"))
         rows = json.loads((out / "stats.json").read_text())
         print(f"[stats] complete and current in {out}, skipped", flush=True)

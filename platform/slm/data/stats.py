@@ -36,11 +36,11 @@ def _count_tokens(batch: pa.Table, tokenizer: str, progress) -> pa.Table:
 
 
 def stats_key(corpus_dir: str | Path, cfg: StatsConfig) -> str:
-    """What the counts depend on: the settings, the corpus's files (as its manifest records them, checked
-    against the disk; else hashed here) and the tokenizer's file when it is one."""
+    """What the counts depend on: the settings, the corpus's files (as its manifest records them; else
+    hashed here) and the tokenizer's file when it is one. The records are checked against the disk by
+    whoever reads the corpus next (``corpus_stats``, or the stage that skips): once, not here too."""
     from slm.artifacts import input_digests, read_manifest
 
-    verify_corpus(corpus_dir)
     manifest = read_manifest(corpus_dir)
     recorded = manifest.get("files") if manifest else None
     corpus = recorded if recorded is not None else input_digests(sorted(p for v in corpus_files(corpus_dir).values()
