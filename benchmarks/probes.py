@@ -370,7 +370,7 @@ def integrity_probes(root: Path, overrides: list[str]) -> list[dict]:
             ok = (proc.returncode == 0 and "Traceback" not in text and "again" in said and not changed_files(folder)
                   and recorded.get("sha256") not in (None, found))
         results.append({"probe": name, "file": str(target.relative_to(trial)), "expected": expect, "passed": ok,
-                        "said": said[:240]})
+                        "rc": proc.returncode, "traceback": "Traceback" in text, "said": said[:240]})
         print(f"[probe] {name}: {'passed' if ok else 'FAILED'} ({said[:200]})", file=sys.stderr, flush=True)
         shutil.rmtree(trial)
     return results
@@ -384,7 +384,8 @@ def stats_rerun_probe(overrides: list[str]) -> dict:
         began = time.perf_counter()
         proc = slm("run", "jobs/quickstart.yaml", "stages=[stats]", *overrides)
         runs.append({"rc": proc.returncode, "seconds": round(time.perf_counter() - began, 1),
-                     "skipped": "[stats] complete and current" in proc.stdout})
+                     "skipped": "[stats] complete and current" in proc.stdout,
+                     "traceback": "Traceback" in proc.stdout + proc.stderr})
     return {"first": runs[0], "second": runs[1], "passed": runs[1]["rc"] == 0 and runs[1]["skipped"]}
 
 
@@ -422,7 +423,8 @@ def socket_probe(overrides: list[str]) -> dict:
                           timeout=1200, env=env)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     off = [s for s in out["listening"] if s[0] not in ("127.0.0.1", "::ffff:127.0.0.1", "::1")]
-    return {"rc": out["rc"], "listening": len(out["listening"]), "beyond_loopback": off}
+    return {"rc": out["rc"], "listening": len(out["listening"]), "beyond_loopback": off,
+            "traceback": "Traceback" in proc.stderr + "\n".join(proc.stdout.splitlines()[:-1])}
 
 
 SECTIONS = ("inputs", "names", "config", "artifacts", "integrity", "stats_rerun", "sockets")
@@ -537,6 +539,12 @@ def counts(results: dict) -> dict:
         out["stats stage skipped when current on a second `slm run`"] = results["stats_rerun"]["passed"]
     if "sockets" in results:
         out["sockets beyond the loopback (2-worker DDP on the embedded Ray)"] = len(results["sockets"]["beyond_loopback"])
+    succeeded = ([r for r in results.get("integrity", []) if r["rc"] == 0]
+                 + ([results["stats_rerun"]["first"], results["stats_rerun"]["second"]] if "stats_rerun" in results else [])
+                 + ([results["sockets"]] if "sockets" in results and results["sockets"]["rc"] == 0 else []))
+    if succeeded:
+        out["successful runs that printed a traceback / successful runs"] = (
+            f"{sum(r['traceback'] for r in succeeded)} / {len(succeeded)}")
     if "inputs" in results:
         out["bad inputs handled / tried"] = tally("inputs", "handled")
         out["inputs refused without reading records, before Ray starts / tried"] = (

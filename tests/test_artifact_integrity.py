@@ -71,6 +71,28 @@ def test_a_manifest_never_records_a_changed_file_its_stage_did_not_write(tmp_pat
     assert sorted(second["files"]) == ["a.bin", "b.bin", "c.bin"] and changed_files(tmp_path) == {}
 
 
+def test_a_training_run_records_what_it_wrote_and_checks_an_earlier_run_s_checkpoints(tmp_path):
+    """A run under a new configuration trains into the folder of an earlier one: its own model, logs and
+    checkpoints are recorded as written; the earlier run's checkpoints must still be what was recorded."""
+    from slm.train.trainer import _written_by
+
+    for rel in ("local_train/old-1234/step-00000010/worker-0.pt", "model.safetensors", "summary.json"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"old" * 40)
+    write_manifest(tmp_path, {"stage": "pretrain", "config_hash": "old"})
+    new_ckpt = tmp_path / "local_train/new-5678/step-00000010/worker-0.pt"
+    new_ckpt.parent.mkdir(parents=True)
+    for path in (new_ckpt, tmp_path / "model.safetensors", tmp_path / "summary.json"):
+        path.write_bytes(b"new" * 40)  # rewritten by the new run: recorded as written
+    written = write_manifest(tmp_path, {"stage": "pretrain", "config_hash": "new"},
+                             written=lambda rel: _written_by(rel, "new-5678"))
+    assert written["files"]["model.safetensors"]["sha256"] == written["files"][str(new_ckpt.relative_to(tmp_path))]["sha256"]
+    corrupt(tmp_path / "local_train/old-1234/step-00000010/worker-0.pt", "zeroed")
+    with pytest.raises(ArtifactError, match=r"old-1234/step-00000010/worker-0.pt: changed since its stage wrote it"):
+        write_manifest(tmp_path, {"stage": "pretrain", "config_hash": "newer"},
+                       written=lambda rel: _written_by(rel, "newer-9abc"))
+
+
 @pytest.mark.parametrize("how", ["zeroed", "truncated", "swapped"])
 def test_a_damaged_model_is_refused_by_what_loads_it_naming_the_file(tmp_path, how):
     """The loaders every command goes through (generate, export, specialize --source, a teacher, a

@@ -151,7 +151,17 @@ def _run(kind: str, spec: WorkerSpec, output: TrainOutput, ray_cfg: RayConfig, e
     manifest = {"stage": kind, "config_hash": digest, **summary, **extra,
                 "wall_seconds": round(time.perf_counter() - started, 1),
                 "model": str(output.model)}
-    return write_manifest(out, manifest)
+    return write_manifest(out, manifest, written=lambda rel: _written_by(rel, run_name))
+
+
+def _written_by(rel: str, run_name: str) -> bool:
+    """Whether this run wrote the file at ``rel`` (relative to its output folder): everything but the
+    checkpoints of an earlier run under another configuration, which the folder's manifest recorded and
+    which must still be what it recorded (a run resumed from its own checkpoints verified them first)."""
+    storage, _, rest = rel.partition("/")
+    if storage not in ("local_train", "ray_train"):
+        return True
+    return rest.startswith(f"{run_name}/")
 
 
 def tracked(train: TrainConfig, cfg: TrainJob) -> TrainConfig:
