@@ -152,6 +152,11 @@ def cmd_sweep(args) -> int:
 
             written["wall_estimate"] = probe_and_estimate(cfg, p)  # beside the plan: Plan.from_json skips it
             print(format_estimate(written["wall_estimate"]))
+        if args.noise_from:
+            from slm.tune.power import format_power_of, power_from
+
+            written["power"] = power_from(args.noise_from, p)  # beside the plan, as the estimate is
+            print(format_power_of(written["power"]))
         if args.plan_out:
             atomic_write_json(args.plan_out, written)
             print(f"plan written to {args.plan_out}")
@@ -303,6 +308,9 @@ def parser() -> argparse.ArgumentParser:
                             "the sweep's wall time from that")
     sweep.add_argument("--plan-out", help="with --dry-run: also write the plan as JSON (the rows `slm report --plan` "
                                           "checks a study's tables against)")
+    sweep.add_argument("--noise-from", metavar="TABLE",
+                       help="with --dry-run: each claim's power on this plan, at the seed noise a measured sweep "
+                            "(its folder: results and plan.json) shows (slm.tune.power; a minute or so)")
     sweep.set_defaults(fn=cmd_sweep)
     rep = sub.add_parser("report", help="plots, a summary and claims.md of a sweep's results (or several sweeps')")
     rep.add_argument("sweep", nargs="*", help="a sweep folder (runs/<run>/sweeps/<name>) or its results.parquet")

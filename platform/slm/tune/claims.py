@@ -4,8 +4,12 @@ The protocol, fixed before any study outcome is looked at (docs/budgets.md, "The
 
 - **The rows come from the plan, not from the table.** Each claim lists the comparisons the sweep's plan
   (``plan.json``, ``slm sweep --dry-run``) says it needs, at every planned seed. A planned row the table
-  lacks makes the comparison inconclusive and names the row. A row that diverged (a non-finite
-  perplexity or loss at any seed) is a result, not a gap: that setting lost the comparison.
+  lacks makes the comparison inconclusive and names the row. A run that **failed** — a non-finite
+  measure, or a perplexity no better than a uniform guess over the vocabulary (≥ its size) — is a result,
+  not a gap and not a verdict: it is counted in its comparison's test at the uniform guess's perplexity
+  (the worst a model can be said to score), so the test and Holm's adjustment weigh it like any seed,
+  and ``claims.md`` lists it to be rerun or reported (issue 45: a divergence used to decide its
+  comparison outside the test).
 - **Each comparison is a t test at 95%** (``slm.tune.stats``): the difference ``b − a`` of the measure
   (lower is better; positive when a is better) with its 95% interval — a paired t over seeds where the
   seed pairs the data (two specializations of one domain at one seed read the same in-domain subset in
@@ -25,7 +29,13 @@ The protocol, fixed before any study outcome is looked at (docs/budgets.md, "The
   the chance of a false "does not hold" at most 5% when every comparison is true. Otherwise (including a
   missing row or an untestable part of the design) it is inconclusive.
 
-``tests/tune/test_claims.py`` simulates tables of known effects and measures each rule's error rates.
+Revised in issue 45 before any second-edition run (the first study's ``claims.md`` keeps the rules it was
+computed with): C2's second arm is the growth of the advantage with the budget, not a 2% equivalence the
+design could not meet; C4 compares at matched compute (the rival at a budget costing at least the student);
+a failed run counts in the test; ``claims.md`` names the rows behind the refutations of more than one claim.
+
+``tests/tune/test_claims.py`` simulates tables of known effects and measures each rule's error rates;
+``slm.tune.power`` gives a design's power per claim from the noise of a measured table.
 """
 
 from __future__ import annotations
@@ -47,7 +57,8 @@ from slm.tune.stats import ALPHA, Difference
 Expectation = Literal["lower", "not lower", "not higher", "tie"]
 Verdict = Literal["holds", "does not hold", "inconclusive"]
 MEASURES = {"perplexity": "ppl after specialization", "perplexity_before": "ppl before specialization",
-            "steps_share": "steps to the baseline's final loss ÷ its steps"}
+            "steps_share": "steps to the baseline's final loss ÷ its steps",
+            "perplexity_ratio": "ppl after specialization ÷ generic's"}
 
 # The equivalence margin of "tie", "not lower" and "not higher", relative to b's mean: Plan-Early Table 5's
 # most frequent cluster's expert against the best expert chosen after fine-tuning all, 17.32 vs 16.98 ppl
@@ -97,6 +108,7 @@ class Design:
     large: str | None
     curve_runs: list[CurveRun] = field(default_factory=list)
     entropy: dict[str, float] = field(default_factory=dict)  # each domain's coarse histogram entropy (nats)
+    vocab_size: int = 0  # a uniform guess's perplexity: what a failed run counts as (0: unknown)
 
     @classmethod
     def of(cls, plan: Plan) -> Design:
@@ -110,7 +122,7 @@ class Design:
                 seeds.append(t.seed)
         runs = [CurveRun(r.name, r.role, r.seed) for r in plan.runs if r.role in ("large", "salt")]
         return cls(list(settings.values()), sorted(seeds, key=lambda s: -1 if s is None else s), plan.small,
-                   plan.large, runs, dict(plan.histogram_entropy))
+                   plan.large, runs, dict(plan.histogram_entropy), plan.vocab_size)
 
     def grid(self, **where) -> list[Planned]:
         return self.find(role="grid", **where)
@@ -138,10 +150,11 @@ def trial_name(setting: str, seed: int | None) -> str:
 
 
 class Measured:
-    """The results table's rows by (setting, seed)."""
+    """The results table's rows by (setting, seed), and the vocabulary that says which runs failed."""
 
-    def __init__(self, rows: list[dict]):
+    def __init__(self, rows: list[dict], vocab_size: int = 0):
         self.rows = {(r["setting"], r["seed"]): r for r in rows}
+        self.vocab_size = vocab_size
 
     def values(self, p: Planned, measure: str, seeds: list[int | None]) -> tuple[list[float], list[str]]:
         """``measure`` at each planned seed, and the trials the table lacks."""
@@ -172,7 +185,7 @@ class Comparison:
     measure: str
     expected: Expectation  # of a against b
     margin: float  # relative to b's mean (0 for "lower")
-    test: str  # paired t, Welch t, one-sample t, diverged, one seed, missing
+    test: str  # paired t, Welch t, one-sample t, one seed, missing, failed (untestable)
     a_mean: float | None = None
     a_ci: float | None = None  # half the 95% interval of a's mean over seeds
     b_mean: float | None = None
@@ -185,8 +198,9 @@ class Comparison:
     p_refute: float | None = None  # the evidence against it, before and after Holm's adjustment
     p_refute_adjusted: float | None = None
     verdict: Verdict = "inconclusive"
-    note: str = ""  # missing rows, a divergence, how a best expert was chosen
+    note: str = ""  # missing rows, a failed run, how a best expert was chosen
     group: str = ""  # the domain, where a claim is read per domain
+    failed: list[str] = field(default_factory=list)  # the runs that failed (trial names), counted in the test
 
     @property
     def bound(self) -> float:
@@ -204,29 +218,34 @@ def bounds_p(expected: Expectation, d: Difference, bound: float) -> tuple[float,
     return max(d.p_above(-bound), d.p_below(bound)), min(d.p_above(bound), d.p_below(-bound))
 
 
-# Who lost, when a side diverged: the verdict of the comparison.
-DIVERGED: dict[Expectation, dict[str, Verdict]] = {
-    "lower": {"a": "does not hold", "b": "holds"},
-    "not lower": {"a": "holds", "b": "does not hold"},
-    "not higher": {"a": "does not hold", "b": "holds"},
-    "tie": {"a": "does not hold", "b": "does not hold"},
-}
+def failed(value: float, vocab_size: int) -> bool:
+    """A run that failed: a non-finite measure, or a perplexity no better than a uniform guess over the
+    vocabulary (when the plan records its size)."""
+    return not math.isfinite(value) or bool(vocab_size) and value >= vocab_size
 
 
 def judge(part: str, a: str, b: str, va: list[float], vb: list[float], expected: Expectation, measure: str, *,
-          paired: bool, margin: float = 0.0, group: str = "", note: str = "", against_bound: bool = False) -> Comparison:
+          paired: bool, margin: float = 0.0, group: str = "", note: str = "", against_bound: bool = False,
+          seeds: list[int | None] | None = None, vocab_size: int = 0, b_trials: list[str] | None = None) -> Comparison:
     """A comparison of a's values against b's (per seed, in the same seed order when ``paired``).
-    ``against_bound``: b is a fixed number (one value), tested with a one-sample t."""
+    ``against_bound``: b is a fixed number (one value), tested with a one-sample t. A failed value
+    (``failed``) of a perplexity is counted at the uniform guess's perplexity, ``vocab_size``; without one
+    (or for another measure) the comparison is not tested and is inconclusive, naming the run (b's runs are
+    named ``b_trials`` when b is not one setting: C6's best expert)."""
     c = Comparison(part, a, b, measure, expected, margin, "", group=group, note=note)
-    bad = [side for side, v in (("a", va), ("b", vb)) if not all(math.isfinite(x) for x in v)]
-    if bad:
-        c.test = "diverged"
-        c.note = " ".join(filter(None, [note, f"{' and '.join(a if s == 'a' else b for s in bad)} diverged "
-                                              "(a non-finite value at some seed)"]))
-        c.verdict = "inconclusive" if len(bad) == 2 else DIVERGED[expected][bad[0]]
-        c.p_hold, c.p_refute = (0.0, 1.0) if c.verdict == "holds" else (1.0, 0.0) if c.verdict == "does not hold" \
-            else (None, None)
-        return c
+    seeds = seeds if seeds is not None else list(range(max(len(va), len(vb))))
+    ceiling = vocab_size if measure in ("perplexity", "perplexity_before") else 0
+    names = {"a": [trial_name(a, s) for s in seeds], "b": b_trials or [trial_name(b, s) for s in seeds]}
+    sides = (("a", va),) if against_bound else (("a", va), ("b", vb))
+    c.failed = [names[side][i] for side, values in sides for i, x in enumerate(values) if failed(x, ceiling)]
+    if c.failed:
+        counted = f"counted as a uniform guess, {ceiling:,} ppl" if ceiling else "not tested: rerun it"
+        c.note = " ".join(filter(None, [note, f"failed: {', '.join(c.failed)} ({counted})"]))
+        if not ceiling:
+            c.test = "failed"
+            return c
+        va = [min(x, ceiling) if math.isfinite(x) else ceiling for x in va]
+        vb = vb if against_bound else [min(x, ceiling) if math.isfinite(x) else ceiling for x in vb]
     c.a_mean, c.a_ci = statistics.fmean(va), stats.mean_interval(va)
     c.b_mean, c.b_ci = statistics.fmean(vb), stats.mean_interval(vb)
     d = stats.one_sample(va, vb[0]) if against_bound else stats.paired(va, vb) if paired else stats.welch(va, vb)
@@ -250,7 +269,8 @@ def compare(part: str, a: Planned, b: Planned, expected: Expectation, table: Mea
     vb, miss_b = table.values(b, measure, seeds)
     if miss_a or miss_b:
         return missing(part, a.setting, b.setting, expected, measure, miss_a + miss_b, margin, group)
-    return judge(part, a.setting, b.setting, va, vb, expected, measure, paired=paired, margin=margin, group=group)
+    return judge(part, a.setting, b.setting, va, vb, expected, measure, paired=paired, margin=margin, group=group,
+                 seeds=seeds, vocab_size=table.vocab_size)
 
 
 # --------------------------------------------------------------------------------------------- claims
@@ -279,7 +299,7 @@ def combine(comparisons: list[Comparison], untested: list[str]) -> Verdict:
 
 def settle(claim: Claim) -> Claim:
     """Each comparison's verdict (Holm over the claim's refutations) and the claim's."""
-    tested = [c for c in claim.comparisons if c.test not in ("missing", "diverged", "one seed")]
+    tested = [c for c in claim.comparisons if c.p_refute is not None]  # not missing, untestable or one seed
     for c, adjusted in zip(tested, stats.holm([c.p_refute for c in tested]), strict=True):
         c.p_refute_adjusted = adjusted
         c.verdict = "holds" if c.p_hold < ALPHA else "does not hold" if adjusted < ALPHA else "inconclusive"
@@ -323,11 +343,12 @@ def c1(design: Design, table: Measured) -> Claim:
 
 
 def c2(design: Design, table: Measured) -> Claim:
-    claim = Claim("C2", "Plan-Early", "At the largest pretraining budget and the smallest specialization budget, "
-                  "SLM-mix and SLM-pn are lower than the generic small model; at the smallest pretraining budget "
-                  f"they are not lower by more than {MARGIN:.0%} (on each domain and in-domain data size). Read per "
-                  "domain beside its histogram entropy: Plan-Early found that PN and mix did not win on the domains "
-                  "whose cluster histogram has the highest entropy.")
+    claim = Claim("C2", "Plan-Early", "SLM-mix and SLM-pn pay off with pretraining: at the largest pretraining budget "
+                  "and the smallest specialization budget they are lower than the generic small model, and their "
+                  "advantage over it grows with the budget — the ratio of their perplexity to generic's, per seed, "
+                  "is lower at the largest budget than at the smallest (on each domain and in-domain data size). "
+                  "Read per domain beside its histogram entropy: Plan-Early found that PN and mix did not win on the "
+                  "domains whose cluster histogram has the highest entropy.")
     absent = [m for m in (BASELINE, SLM_MIX, SLM_PN) if m not in design.methods]
     budgets = design.axis("pretrain_steps")
     if absent or len(budgets) < 2:
@@ -337,16 +358,44 @@ def c2(design: Design, table: Measured) -> Claim:
     small, steps = design.small, design.axis("specialize_steps")[0]
     for domain in design.axis("domain"):
         for tokens in design.axis("domain_tokens"):
-            for pretrain, expected in ((budgets[-1], "lower"), (budgets[0], "not lower")):
-                at = dict(size=small, domain=domain, domain_tokens=tokens, pretrain_steps=pretrain,
-                          specialize_steps=steps)
-                generic = design.one(method=BASELINE, **at, role="grid")
-                for method in (SLM_MIX, SLM_PN):
-                    claim.comparisons.append(compare(
-                        f"{domain}, {tokens:,} tokens, {pretrain} pretraining steps: {method} vs generic",
-                        design.one(method=method, role="grid", **at), generic, expected, table, design.seeds,
-                        margin=0.0 if expected == "lower" else MARGIN, group=domain))
+            at = dict(size=small, domain=domain, domain_tokens=tokens, specialize_steps=steps, role="grid")
+            generic = {p: design.one(method=BASELINE, pretrain_steps=p, **at) for p in (budgets[0], budgets[-1])}
+            for method in (SLM_MIX, SLM_PN):
+                ours = {p: design.one(method=method, pretrain_steps=p, **at) for p in (budgets[0], budgets[-1])}
+                label = f"{domain}, {tokens:,} tokens"
+                claim.comparisons.append(compare(f"{label}, {budgets[-1]} pretraining steps: {method} vs generic",
+                                                 ours[budgets[-1]], generic[budgets[-1]], "lower", table,
+                                                 design.seeds, group=domain))
+                claim.comparisons.append(growth(f"{label}: {method} ÷ generic at {budgets[-1]} vs at {budgets[0]} "
+                                                "pretraining steps", ours, generic, table, design.seeds, domain))
     return claim
+
+
+def growth(part: str, ours: dict[int, Planned], generic: dict[int, Planned], table: Measured,
+           seeds: list[int | None], group: str) -> Comparison:
+    """C2's second arm: per seed, a method's perplexity over generic's at the largest budget (a) against the
+    same ratio at the smallest (b), "lower", paired over seeds (a seed's budgets are one run's snapshots or
+    branches, and its specializations read the same in-domain subset). A failed run enters its ratio as a
+    uniform guess's perplexity, as in ``judge``."""
+    small, large = sorted(ours)
+    values, gaps, failures = {}, [], []
+    vocab = table.vocab_size
+    for budget in (small, large):
+        mine, miss_m = table.values(ours[budget], "perplexity", seeds)
+        base, miss_b = table.values(generic[budget], "perplexity", seeds)
+        gaps += miss_m + miss_b
+        failures += [trial_name(p.setting, seed) for p, v in ((ours[budget], mine), (generic[budget], base))
+                     for seed, x in zip(seeds, v, strict=False) if failed(x, vocab)]
+        counted = [[vocab if vocab and failed(x, vocab) else x for x in v] for v in (mine, base)]
+        values[budget] = [m / g for m, g in zip(*counted, strict=False)]
+    a, b = f"{ours[large].setting} ÷ {generic[large].setting}", f"{ours[small].setting} ÷ {generic[small].setting}"
+    if gaps:
+        return missing(part, a, b, "lower", "perplexity_ratio", gaps, group=group)
+    c = judge(part, a, b, values[large], values[small], "lower", "perplexity_ratio", paired=True, group=group,
+              seeds=seeds)
+    if failures and vocab:
+        c.failed, c.note = failures, f"failed: {', '.join(failures)} (counted as a uniform guess, {vocab:,} ppl)"
+    return c
 
 
 def c3(design: Design, table: Measured) -> Claim:
@@ -386,9 +435,9 @@ def c3(design: Design, table: Measured) -> Claim:
 def c4(design: Design, table: Measured) -> Claim:
     claim = Claim("C4", "Plan-Early", "Distillation loses to PN and mix once the teacher's cost is counted: at each "
                   "cell of the distillation trials, SLM-mix and SLM-pn of the student's size are lower than the "
-                  "distilled student, each at its largest pretraining budget whose total cost for one domain "
-                  "(generic + per-domain FLOPs) is no more than the student's, the teacher's pretraining and "
-                  "specialization counted in the student's. The budget is chosen by cost, never by outcome.")
+                  "distilled student at matched compute — each at its smallest pretraining budget whose total cost "
+                  "for one domain (generic + per-domain FLOPs) is at least the student's, the teacher's pretraining "
+                  "and specialization counted in the student's. The budget is chosen by cost, never by outcome.")
     students = design.find(role="distill")
     if not students:
         claim.untested.append("the plan has no distillation trials (sweep.distill with sweep.large_size)")
@@ -411,15 +460,19 @@ def c4(design: Design, table: Measured) -> Claim:
                 claim.comparisons.append(missing(f"{label}: {rival_method} vs distilled", rival_method, student.setting,
                                                  "lower", "perplexity", unknown, group=student.domain))
                 continue
-            affordable = [p for p in rivals if costs[p.setting] <= budget]
-            if not affordable:
-                claim.untested.append(f"{label}: no {rival_method} budget costs as little as the student")
+            # Matched compute (issue 45): the first study compared rivals that cost less than the student, and
+            # its "does not hold" read the student's extra compute as the rivals' advantage.
+            matched = [p for p in rivals if costs[p.setting] >= budget]
+            if not matched:
+                top = max(rivals, key=lambda p: costs[p.setting])
+                claim.untested.append(f"{label}: no {rival_method} budget costs as much as the student ({budget:.3g} "
+                                      f"FLOPs; its largest, {top.pretrain_steps} steps, {costs[top.setting]:.3g})")
                 continue
-            rival = max(affordable, key=lambda p: costs[p.setting])
+            rival = min(matched, key=lambda p: costs[p.setting])
             claim.comparisons.append(compare(
                 f"{label}: {rival_method} at {rival.pretrain_steps} pretraining steps ({costs[rival.setting]:.3g} "
-                f"FLOPs) vs distilled ({budget:.3g})", rival, student, "lower", table, design.seeds,
-                group=student.domain))
+                f"FLOPs, {costs[rival.setting] / budget:.2f}× the student's) vs distilled ({budget:.3g})", rival,
+                student, "lower", table, design.seeds, group=student.domain))
     return claim
 
 
@@ -442,7 +495,7 @@ def c5(design: Design, curves: list[dict]) -> Claim:
                   "baseline's final quality (its macro valid loss at its last step) in fewer than "
                   f"{SALT_STEPS_SHARE:g}× the baseline's steps: per seed, the step at which the SALT run's loss "
                   "reaches the baseline's final loss, linear between evaluations, over the baseline's steps (a run "
-                  "that never reaches it counts as 1.0); their mean against the bound, one-sample t.")
+                  "that never reaches it, or fails, counts as 1.0); their mean against the bound, one-sample t.")
     runs = {(r.role, r.seed): r.name for r in design.curve_runs}
     seeds = [s for s in design.seeds if ("large", s) in runs and ("salt", s) in runs]
     if not seeds:
@@ -458,21 +511,35 @@ def c5(design: Design, curves: list[dict]) -> Claim:
     if absent:
         claim.comparisons.append(missing("steps share", salt_name, bound, "lower", "steps_share", absent))
         return claim
-    shares, every = [], set()
+    # A loss no better than a uniform guess's, log(vocabulary), is a failed run, as a perplexity ≥ the vocabulary is.
+    ceiling = math.log(design.vocab_size) if design.vocab_size else 0.0
+    shares, every, failed_salt, failed_base = [], set(), [], []
     for seed in seeds:
         base = sorted(by_run[runs[("large", seed)]], key=lambda p: p["step"])
         salt = sorted(by_run[runs[("salt", seed)]], key=lambda p: p["step"])
         every |= {b["step"] - a["step"] for a, b in zip(salt, salt[1:], strict=False)}
         target, total = base[-1]["loss"], base[-1]["step"]
-        if not math.isfinite(target) or not math.isfinite(salt[-1]["loss"]):  # who diverged lost (judge)
-            shares.append(math.nan if math.isfinite(target) else 0.0)
-            continue
-        reached = reach_step(salt, target)
-        shares.append(reached / total if reached is not None else 1.0)
+        if failed(target, ceiling):  # no target to reach: the seed cannot be scored
+            failed_base.append(runs[("large", seed)])
+        elif failed(salt[-1]["loss"], ceiling):  # a failed SALT run never counts as having reached it
+            failed_salt.append(runs[("salt", seed)])
+            shares.append(1.0)
+        else:
+            reached = reach_step(salt, target)
+            shares.append(reached / total if reached is not None else 1.0)
+    if failed_base:
+        claim.comparisons.append(Comparison(
+            "steps share", salt_name, bound, "steps_share", "lower", 0.0, "failed", failed=failed_base,
+            note=f"the baseline failed: {', '.join(failed_base)} (its final loss is the target; not tested: rerun it)"))
+        return claim
     part = (f"{len(seeds)} seed(s), evaluated every {', '.join(map(str, sorted(every))) or '?'} steps; per seed "
             f"{', '.join(f'{x:.3f}' for x in shares)}")
-    claim.comparisons.append(judge(part, salt_name, bound, shares, [SALT_STEPS_SHARE], "lower", "steps_share",
-                                   paired=False, against_bound=True))
+    comparison = judge(part, salt_name, bound, shares, [SALT_STEPS_SHARE], "lower", "steps_share", paired=False,
+                       against_bound=True)
+    if failed_salt:
+        comparison.failed = failed_salt
+        comparison.note = f"failed: {', '.join(failed_salt)} (counted as 1.0: never reached)"
+    claim.comparisons.append(comparison)
     return claim
 
 
@@ -501,27 +568,29 @@ def c6(design: Design, table: Measured) -> Claim:
             claim.comparisons.append(missing(part, chosen.setting, "the best expert", "tie", "perplexity", absent,
                                              MARGIN, domain))
             continue
-        a, b, picks = values[chosen.setting][0], [], []
+        a, b, picks, trials = values[chosen.setting][0], [], [], []
         for i, seed in enumerate(design.seeds):
-            best = min(mine, key=lambda p: mean_without(values[p.setting][0], i))  # noqa: B023 (called at once)
+            best = min(mine, key=lambda p: mean_without(values[p.setting][0], i, table.vocab_size))  # noqa: B023
             picks.append(f"seed {seed}: expert {best.expert}")
             b.append(values[best.setting][0][i])
+            trials.append(trial_name(best.setting, seed))
         claim.comparisons.append(judge(part, chosen.setting, f"the best expert ({'; '.join(picks)})", a, b, "tie",
                                        "perplexity", paired=True, margin=MARGIN, group=domain,
-                                       note="best expert chosen on the other seeds"))
+                                       note="best expert chosen on the other seeds", seeds=design.seeds,
+                                       vocab_size=table.vocab_size, b_trials=trials))
     return claim
 
 
-def mean_without(values: list[float], i: int) -> float:
-    """The mean of every value but the ``i``-th (inf when one of them diverged): C6's choice for seed i."""
+def mean_without(values: list[float], i: int, vocab_size: int = 0) -> float:
+    """The mean of every value but the ``i``-th (inf when one of them failed): C6's choice for seed i."""
     others = [v for j, v in enumerate(values) if j != i]
-    return statistics.fmean(others) if all(math.isfinite(v) for v in others) else math.inf
+    return math.inf if any(failed(v, vocab_size) for v in others) else statistics.fmean(others)
 
 
 def evaluate(rows: list[dict], design: Design, curves: list[dict] | None = None) -> list[Claim]:
     """Every claim's verdict from a sweep's results table (a row per trial, at each seed), its plan and its
     pretraining curves."""
-    table = Measured(rows)
+    table = Measured(rows, design.vocab_size)
     return [settle(c) for c in (c1(design, table), c2(design, table), c3(design, table), c4(design, table),
                                 c5(design, curves or []), c6(design, table))]
 
@@ -572,6 +641,14 @@ def markdown(claims: list[Claim], design: Design | None = None) -> str:
         lines.append(f"| {c.id} | {c.source} | **{c.verdict}** | " +
                      (" / ".join(map(str, counts)) + untested if c.comparisons else f"not tested: {'; '.join(c.untested)}")
                      + " |")
+    shared = shared_refutations(claims)
+    if shared:
+        lines += ["", "**Rows behind the refutations of more than one claim** — one measured fact, not one per claim:", ""]
+        lines += [f"- `{row}`: {', '.join(ids)}" for row, ids in shared.items()]
+    failures = sorted({f for c in claims for x in c.comparisons for f in x.failed})
+    if failures:
+        lines += ["", f"**Failed runs** (a non-finite measure or no better than a uniform guess; counted in their "
+                      f"tests as a uniform guess — rerun them or report them): {', '.join(failures)}"]
     for c in claims:
         lines += ["", f"## {c.id} ({c.source}): {c.verdict}", "", c.statement, ""]
         if c.untested:
@@ -587,6 +664,18 @@ def markdown(claims: list[Claim], design: Design | None = None) -> str:
                   "p refutes (Holm) | verdict |", "|---|---|---|---|---:|---:|---:|---|---|---:|---:|---|"]
         lines += [_row(x) for x in c.comparisons]
     return "\n".join(lines) + "\n"
+
+
+def shared_refutations(claims: list[Claim]) -> dict[str, list[str]]:
+    """Each setting behind a "does not hold" comparison of more than one claim, and those claims: the
+    first study's C2, C4 and C6 all rested on one SLM-mix row, and read as three findings."""
+    by_row: dict[str, list[str]] = {}
+    for claim in claims:
+        rows = {row for c in claim.comparisons if c.verdict == "does not hold"
+                for side in (c.a, c.b) for row in side.split(" ÷ ") if not row.startswith(("the best", "the bound"))}
+        for row in sorted(rows):
+            by_row.setdefault(row, []).append(claim.id)
+    return {row: ids for row, ids in sorted(by_row.items()) if len(ids) > 1}
 
 
 def write_claims(rows: list[dict], design: Design, out: Path, curves: list[dict] | None = None) -> list[Claim]:

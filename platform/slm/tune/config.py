@@ -45,6 +45,10 @@ class SweepConfig:
     # large model's own runs, so it need not saturate: a study sizes it to fit its time (docs/results.md).
     large_steps: int = 0
     distill: bool = False
+    # The distilled student's own generic pretraining budget (one of pretrain_steps; 0: the largest). C4
+    # compares it at matched compute: SLM-mix and SLM-pn at a budget costing at least the student, teacher
+    # included, so the student must start low enough on the ladder for a rival budget to match it.
+    distill_steps: int = 0
     salt_kd_share: float = 0.0
     curve_every: int = 0
     all_experts: bool = False
@@ -89,6 +93,9 @@ class SweepConfig:
                               f"(a size name, e.g. d2)")
         if self.curve_every < 0:
             raise ConfigError(f"config key '{prefix}curve_every': must be ≥ 0, got {self.curve_every}")
+        if self.distill_steps and self.distill_steps not in self.pretrain_steps:
+            raise ConfigError(f"config key '{prefix}distill_steps': one of {prefix}pretrain_steps "
+                              f"({self.pretrain_steps}) or 0 (the largest), got {self.distill_steps}")
         if self.large_steps < 0:
             raise ConfigError(f"config key '{prefix}large_steps': must be ≥ 0 (0: the largest pretraining budget), "
                               f"got {self.large_steps}")

@@ -129,6 +129,9 @@ class Plan:
     data: DataFingerprint | None = None  # set when a sweep runs it
     # a study combined from several sweeps (`slm report --tables`): their folders, relative to the one they share
     parts: tuple[str, ...] = ()
+    # the tokenizer's vocabulary: a model no better than a uniform guess over it (perplexity ≥ it) has
+    # diverged (slm.tune.claims). 0 in plans written before issue 45, which do not record it.
+    vocab_size: int = 0
 
     def run(self, name: str) -> PretrainRun:
         return next(r for r in self.runs if r.name == name)
@@ -138,7 +141,10 @@ class Plan:
         return [(w, [t for t in self.trials if t.wave == w]) for w in sorted({t.wave for t in self.trials})]
 
     def to_json(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not d["vocab_size"]:  # a plan from before issue 45 is written back as it was read
+            del d["vocab_size"]
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> Plan:
@@ -149,7 +155,8 @@ class Plan:
                    sizes={k: SizeCost(**v) for k, v in d["sizes"].items()}, small=d["small"], large=d["large"],
                    histogram_entropy=dict(d.get("histogram_entropy") or {}),
                    estimate=Estimate(**d["estimate"]) if d.get("estimate") else None,
-                   data=DataFingerprint(**d["data"]) if d.get("data") else None, parts=tuple(d.get("parts", ())))
+                   data=DataFingerprint(**d["data"]) if d.get("data") else None, parts=tuple(d.get("parts", ())),
+                   vocab_size=int(d.get("vocab_size", 0)))
 
 
 @dataclass(frozen=True)
@@ -166,6 +173,7 @@ class PlanInputs:
     # pretrain.train.optim under schedule wsd: its decay_fraction (the budgets below a run's length are
     # cooldown branches, paid per budget); 0: cosine (they are snapshots of the run, paid once).
     decay_fraction: float = 0.0
+    vocab_size: int = 0  # the tokenizer's (Plan.vocab_size)
 
 
 # ---------------------------------------------------------------------------------- the sweep's rules
@@ -297,8 +305,9 @@ def make_plan(sw: SweepConfig, inputs: PlanInputs, histogram_entropy: dict[str, 
                             teacher = f"{teacher_base}-{cell(d, large_steps, tokens, k)}"
                             plan.trial(Trial(teacher_base + seed_suffix(seed), methods.BASELINE, large, large_steps,
                                              d, tokens, k, seed, teacher, teacher + seed_suffix(seed), "teacher"))
-                            setting = f"{methods.DISTILLED}-{small}-from-{large}-{cell(d, longest, tokens, k)}"
-                            plan.trial(Trial(student + seed_suffix(seed), methods.DISTILLED, small, longest, d, tokens,
+                            start = sw.distill_steps or longest
+                            setting = f"{methods.DISTILLED}-{small}-from-{large}-{cell(d, start, tokens, k)}"
+                            plan.trial(Trial(student + seed_suffix(seed), methods.DISTILLED, small, start, d, tokens,
                                              k, seed, setting, setting + seed_suffix(seed), "distill",
                                              teacher=teacher + seed_suffix(seed),
                                              teacher_run=teacher_base + seed_suffix(seed), wave=2))
@@ -320,7 +329,8 @@ def make_plan(sw: SweepConfig, inputs: PlanInputs, histogram_entropy: dict[str, 
     estimate = Estimate(pretrain_flops, specialize_flops, total,
                         total / (inputs.peak_flops * sw.assumed_mfu), sw.assumed_mfu, inputs.peak_flops,
                         inputs.peak_flops_source)
-    return Plan(runs, trials, dict(sizes), small, large, dict(histogram_entropy or {}), estimate)
+    return Plan(runs, trials, dict(sizes), small, large, dict(histogram_entropy or {}), estimate,
+                vocab_size=inputs.vocab_size)
 
 
 def base_name(run: PretrainRun) -> str:

@@ -140,7 +140,7 @@ def plan(cfg: SweepJob, check_data: bool = True) -> Plan:
     else:
         _check_domains(cfg, domains)
     p_train, s_train = cfg.pretrain.train, cfg.specialize.train
-    _, seq_len = _vocab_and_seq_len(cfg)
+    vocab, seq_len = _vocab_and_seq_len(cfg)
     peak = planning_peak(p_train)
     inputs = PlanInputs(
         domains=tuple(domains),
@@ -149,7 +149,7 @@ def plan(cfg: SweepJob, check_data: bool = True) -> Plan:
         specialize_tokens_per_step=s_train.batch_size * seq_len * max(1, s_train.num_workers),
         experts=methods.get(methods.SLM_MIX).settings(cfg.pretrain.model).n_experts or cfg.cluster.k,
         peak_flops=peak.flops, peak_flops_source=peak.source,
-        decay_fraction=p_train.optim.decay_fraction if p_train.optim.schedule == "wsd" else 0.0)
+        decay_fraction=p_train.optim.decay_fraction if p_train.optim.schedule == "wsd" else 0.0, vocab_size=vocab)
     entropy = histogram_entropy(RunLayout.of(cfg), domains) if check_data else {}
     return make_plan(sw, inputs, entropy)
 
