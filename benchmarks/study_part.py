@@ -1,10 +1,14 @@
-"""One part of the study (issue 29): its data stages and one seed's sweep, from a clean checkout, then its
-small tables committed under ``benchmarks/results/study/seed<S>/`` (a part of it, ``--part P`` from
-jobs/study/parts.yaml: ``seed<S>-<P>/``).
+"""One part of a study (issues 29, 45): its data stages and one seed's sweep, from a clean checkout, then its
+small tables committed under ``benchmarks/results/<spec>/seed<S>/`` (a part of it, ``--part P`` from
+jobs/<spec>/parts.yaml: ``seed<S>-<P>/``). The first edition's spec is jobs/sweeps/study.yaml (the default),
+the second's jobs/sweeps/study2.yaml.
 
-    python benchmarks/study_part.py --seed 0 [--part a] [key=value ...]
+    python benchmarks/study_part.py [--spec jobs/sweeps/study2.yaml] --seed 0 [--part a] [--max-minutes 100] [key=value ...]
 
-Runs ``slm run jobs/sweeps/study.yaml sweep.seeds=[S] sweep.name=study-seed<S>`` (the pinned clusters make
+``--max-minutes``: first time the part's models on this machine (``slm sweep --dry-run --probe``, a minute or
+two) and refuse to start a part whose estimate exceeds it, saying so (a slower machine than the design's).
+
+Runs ``slm run SPEC sweep.seeds=[S] sweep.name=<spec>-seed<S>`` (the pinned clusters make
 the data stages the same on every machine; finished stages, runs and trials are kept, so a rerun
 resumes), then copies the part's ``results.parquet``/``.csv``, ``curves.parquet``, ``plan.json`` and the
 report's ``summary.md`` and ``claims.md`` beside ``part.json``: the wall time of each stage and of the
@@ -20,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,37 +34,50 @@ from slm.tune.results import SWEEP_TABLES
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "jobs" / "sweeps" / "study.yaml"
-PARTS = ROOT / "jobs" / "study" / "parts.yaml"
+DATA_STAGES_MIN = 10  # resample + pack from the pinned clusters: 7 min on a 2-core EPYC (study/seed0-a/part.json)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", type=Path, default=SPEC, help="the study's sweep spec (default: the first edition's)")
     parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--max-minutes", type=float, default=0,
+                        help="refuse to start when the probe's estimate of the part on this machine exceeds it")
     parser.add_argument("--part", help="one part of the seed's share (jobs/study/parts.yaml): its runs and their "
                                        "trials; without it, the whole seed")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "study"))
+    parser.add_argument("--out", help="default: benchmarks/results/<spec's name>")
     parser.add_argument("overrides", nargs="*", help="extra config overrides (e.g. run.root=/scratch/runs)")
     args = parser.parse_args()
-    name = f"study-seed{args.seed}" + (f"-{args.part}" if args.part else "")
+    spec = args.spec.resolve()
+    study = spec.stem  # study, study2
+    parts_file = ROOT / "jobs" / study / "parts.yaml"
+    args.out = args.out or str(ROOT / "benchmarks" / "results" / study)
+    name = f"{study}-seed{args.seed}" + (f"-{args.part}" if args.part else "")
     overrides = [f"sweep.seeds=[{args.seed}]", f"sweep.name={name}", *args.overrides]
     if args.part:
         import yaml
 
-        parts = yaml.safe_load(PARTS.read_text())["parts"]
+        parts = yaml.safe_load(parts_file.read_text())["parts"]
         if args.part not in parts:
-            raise SystemExit(f"--part {args.part}: not in {PARTS} (its parts: {sorted(parts)})")
+            raise SystemExit(f"--part {args.part}: not in {parts_file} (its parts: {sorted(parts)})")
         overrides.insert(1, f"sweep.part=[{', '.join(parts[args.part])}]")
     slm = str(Path(sys.executable).with_name("slm"))
-    config = subprocess.run([slm, "config", str(SPEC), *overrides], check=True, capture_output=True, text=True,
+    config = subprocess.run([slm, "config", str(spec), *overrides], check=True, capture_output=True, text=True,
                             cwd=ROOT).stdout
     run_dir = ROOT / _value(config, "root", "run") / _value(config, "name", "run")
+    if args.max_minutes:
+        minutes = probe_minutes(slm, spec, overrides)
+        if minutes > args.max_minutes:
+            raise SystemExit(f"{name}: estimated {minutes:.0f} min on this machine ({cpu_model()}), over "
+                             f"--max-minutes {args.max_minutes:g}: not started (run it on a faster machine)")
+        print(f"[part] {name}: estimated {minutes:.0f} min on this machine, within {args.max_minutes:g}", flush=True)
     started = time.time()
-    rc = subprocess.run([slm, "run", str(SPEC), *overrides], cwd=ROOT, env=os.environ).returncode
+    rc = subprocess.run([slm, "run", str(spec), *overrides], cwd=ROOT, env=os.environ).returncode
     wall = time.time() - started
     sweep = run_dir / "sweeps" / name
     if rc and not (sweep / "results.parquet").exists():
         raise SystemExit(f"slm run exited {rc} before the sweep wrote its table: nothing to commit (rerun: it resumes)")
-    out = Path(args.out) / name.removeprefix("study-")  # seed0, or seed0-a for a part
+    out = Path(args.out) / name.removeprefix(f"{study}-")  # seed0, or seed0-a for a part
     out.mkdir(parents=True, exist_ok=True)
     for table in SWEEP_TABLES:
         shutil.copy2(sweep / table, out / table)
@@ -81,6 +99,16 @@ def main() -> None:
             "finished_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     atomic_write_json(out / "part.json", part)
     print(json.dumps(part, indent=2))
+
+
+def probe_minutes(slm: str, spec: Path, overrides: list[str]) -> float:
+    """The part's estimated wall time on this machine (`slm sweep --dry-run --probe`), data stages included at
+    the first edition's measured 10 minutes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = Path(tmp) / "plan.json"
+        subprocess.run([slm, "sweep", str(spec), "--dry-run", "--probe", "--plan-out", str(plan), *overrides],
+                       check=True, capture_output=True, text=True, cwd=ROOT)
+        return json.loads(plan.read_text())["wall_estimate"]["total_s"] / 60 + DATA_STAGES_MIN
 
 
 def _value(config_yaml: str, key: str, section: str) -> str:

@@ -327,11 +327,12 @@ def test_the_study_design_meets_the_issue(slm_cli):
     assert f"{len(p.trials)} specialization trials" in out and "estimated cost" in out
 
 
-def test_the_study_parts_partition_each_seed_and_train_nothing_twice():
-    """jobs/study/parts.yaml as shipped: the four parts of a seed hold every run and trial of that seed's
+@pytest.mark.parametrize("study", ["study", "study2"])
+def test_the_study_parts_partition_each_seed_and_train_nothing_twice(study):
+    """jobs/<study>/parts.yaml as shipped: the four parts of a seed hold every run and trial of that seed's
     share of the study once, and no part trains a run another part trains (no dependency outside a part)."""
-    parts = yaml.safe_load((REPO / "jobs" / "study" / "parts.yaml").read_text())["parts"]
-    spec = REPO / "jobs" / "sweeps" / "study.yaml"
+    parts = yaml.safe_load((REPO / "jobs" / study / "parts.yaml").read_text())["parts"]
+    spec = REPO / "jobs" / "sweeps" / f"{study}.yaml"
     whole = plan(load_job(spec, ["sweep.seeds=[1]"]), check_data=False)
     pieces = {name: plan(load_job(spec, ["sweep.seeds=[1]", f"sweep.part=[{', '.join(runs)}]"]), check_data=False)
               for name, runs in parts.items()}
