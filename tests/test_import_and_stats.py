@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from slm.config import ConfigError
 from slm.corpus import documents
 from slm.corpus.importer import CorpusImportError, import_corpus
 from slm.data import tokenizers
@@ -16,6 +19,7 @@ from slm.data.stats import corpus_stats
 from tests.conftest import _real_texts
 
 pytestmark = pytest.mark.ray
+REPO = Path(__file__).parents[1]
 
 
 def test_import_counts_and_content(user_corpus):
@@ -325,3 +329,36 @@ def test_a_domain_brings_its_own_valid_split(ray_local, corpus_dir, tmp_path):
     assert record["valid_split"]["records"] == 5
     with pytest.raises(CorpusImportError, match="--valid is a domain's valid split"):
         import_corpus(str(tmp_path / "train.jsonl"), tmp_path / "c", valid=str(tmp_path / "valid.jsonl"))
+
+
+def test_a_domain_imported_into_the_bundled_corpus_goes_through_a_job_that_builds_it(ray_local, corpus_dir, tmp_path,
+                                                                                      capsys):
+    """Issue 46: after `slm corpus import … --domain mydomain` into the bundled corpus, a job whose stages
+    include `corpus` (the study's spec) was refused — "no domain 'mydomain' in the bundled corpus … add one
+    with `slm corpus import --domain`" — and the build itself refused a corpus holding imports. The build
+    keeps the imports when its bundled part is current, and the check knows them."""
+    from slm.corpus.build import build
+    from slm.job import load_job
+    from slm.pipeline import check_domains, stage_corpus
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(corpus_dir, corpus, ignore=shutil.ignore_patterns(".staging"))
+    texts = _real_texts(corpus_dir, "legal", 40)
+    (tmp_path / "mine.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    import_corpus(str(tmp_path / "mine.jsonl"), corpus, "mydomain", valid_fraction=0.3)
+    spec = REPO / "jobs" / "sweeps" / "study.yaml"
+    cfg = load_job(spec, [f"corpus.dir={corpus}", "sweep.domains=[mydomain]", "resample.domains=[mydomain]",
+                          "resample.domain=mydomain"])
+    assert "corpus" in cfg.stages
+    check_domains(cfg)  # accepted: it was imported
+    before = {p.relative_to(corpus): p.read_bytes() for p in (corpus / "domains" / "mydomain").rglob("*.parquet")}
+    result = stage_corpus(cfg, tmp_path)
+    assert "mydomain" in result["domains"] and result["imported"] == ["mydomain"]
+    assert "with the imported mydomain kept; nothing to do" in capsys.readouterr().out
+    assert {p.relative_to(corpus): p.read_bytes() for p in (corpus / "domains" / "mydomain").rglob("*.parquet")} == before
+    unknown = load_job(spec, [f"corpus.dir={corpus}", "sweep.domains=[nosuch]"])
+    with pytest.raises(ConfigError, match=r"no domain 'nosuch' in the bundled corpus or the domains imported into "):
+        check_domains(unknown)
+    # the bundled part stale (a setting changed): a rebuild would drop the import, so it is refused, saying why
+    with pytest.raises(ValueError, match=r"holds imported data \(mydomain\), which a rebuild would replace"):
+        build(replace(cfg.corpus, valid_fraction=0.2))

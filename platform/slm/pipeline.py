@@ -41,8 +41,10 @@ def stage_corpus(cfg: JobConfig, run_dir: Path) -> dict:
     from slm.corpus.build import build
 
     manifest = build(cfg.corpus)
+    imported = manifest.get("imports") or {}
     return {"corpus_dir": cfg.corpus.dir, "generic_documents": manifest.get("generic", {}).get("documents"),
-            "domains": sorted(manifest.get("domains", {}))}
+            "domains": sorted({*manifest.get("domains", {}), *(r for r in imported if r != "generic")}),
+            "imported": sorted(imported)}
 
 
 def stage_stats(cfg: JobConfig, run_dir: Path) -> dict:
@@ -284,12 +286,15 @@ def check_submitted_paths(cfg: JobConfig, cwd: Path | None = None) -> None:
 
 def check_domains(cfg: JobConfig) -> None:
     """Every domain a job names exists in its corpus, checked before any stage runs (not when the stage
-    that reads it fails). A job that builds the bundled corpus first is checked against what it builds."""
+    that reads it fails). A job that builds the bundled corpus first is checked against what it builds
+    and what the user imported into it already (the build keeps imports)."""
     corpus = Path(cfg.corpus.dir).expanduser()
+    present = set(corpus_domains(corpus)) if (corpus / "domains").is_dir() else set()
     if "corpus" in cfg.stages:
-        known, where = set(BUNDLED_DOMAINS), "the bundled corpus"
-    elif (corpus / "domains").is_dir():
-        known, where = set(corpus_domains(corpus)), f"the corpus at {corpus}"
+        known = set(BUNDLED_DOMAINS) | present
+        where = f"the bundled corpus or the domains imported into {corpus}"
+    elif present:
+        known, where = present, f"the corpus at {corpus}"
     else:
         return  # no corpus yet: the first stage that reads one says so
     stages = set(cfg.stages)

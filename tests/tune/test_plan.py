@@ -59,6 +59,21 @@ def test_the_claims_experiments_and_their_costs():
     assert [w for w, _ in p.waves()] == [1, 2]
 
 
+def test_a_plan_trains_only_what_some_trial_or_claim_reads_and_says_what():
+    """Issue 46: with `sweep.distill=false` (and no SALT) the large model was still pretrained for every
+    seed, read by nothing. The dry run says for each run what reads it."""
+    bare = make_plan(spec(large_size="d2", large_steps=8), INPUTS)
+    assert not [r for r in bare.runs if r.size == "d2"]
+    distilled = make_plan(spec(large_size="d2", large_steps=8, distill=True, distill_steps=10), INPUTS)
+    assert [r.name for r in distilled.runs if r.size == "d2"] == ["generic-d2-seed0", "generic-d2-seed1"]
+    assert {t.pretrain_steps for t in distilled.trials if t.role == "distill"} == {10}  # sweep.distill_steps
+    text = format_plan(distilled)
+    assert "generic-d2-seed0" in text and "2 teacher trials (C1, C4); its specializations teach 2 students" in text
+    assert "generic-d1-seed0" in text and "4 trials; 2 distilled students (C4)" in text
+    salt = format_plan(make_plan(spec(large_size="d2", large_steps=8, salt_kd_share=0.25), INPUTS))
+    assert "teaches salt-d2-seed0 (SALT)" in salt and "nothing reads it" not in salt
+
+
 def test_bad_specs_are_refused_naming_the_key():
     with pytest.raises(ConfigError, match="sweep.methods': unknown method 'moe'"):
         make_plan(spec(methods=["generic", "moe"]), INPUTS)
@@ -115,7 +130,7 @@ def test_under_wsd_each_smaller_budget_is_a_cooldown_branch_paid_per_budget():
     smaller one as a branch of its decay's steps (decay_fraction × the budget); the plan pays them all,
     names them in ``--dry-run``, and ``plan.json`` keeps them. The large runs have no smaller budget."""
     wsd = replace(INPUTS, decay_fraction=0.2)
-    p = make_plan(spec(pretrain_steps=[20, 10, 5], large_size="d2", large_steps=30), wsd)
+    p = make_plan(spec(pretrain_steps=[20, 10, 5], large_size="d2", large_steps=30, distill=True), wsd)
     grid = [r for r in p.runs if r.role == "grid"]
     assert grid and all(r.branches == (5, 10) and r.branch_steps == 1 + 2 for r in grid)
     generic = p.run("generic-d1-seed0")

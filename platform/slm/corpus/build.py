@@ -259,12 +259,17 @@ def build(cfg: CorpusConfig, force: bool = False) -> dict:
     records = fetch_all(cfg)
     key = build_key(cfg, records)
     existing = read_manifest(out)
-    if existing and existing.get("imports") and not force:
-        raise ValueError(f"{out} holds imported data ({sorted(existing['imports'])}); build the bundled "
-                         "corpus into another corpus.dir, or pass --force to overwrite it")
+    imported = sorted((existing or {}).get("imports") or {})
     if not force and existing and existing.get("complete") and existing.get("config_hash") == key:
-        log(f"{out} is complete and current (key {key}); nothing to do")
+        kept = f", with the imported {', '.join(imported)} kept" if imported else ""
+        log(f"{out} is complete and current (key {key}){kept}; nothing to do")
         return existing
+    if imported and not force:
+        # A rebuild replaces generic/ and domains/ whole: it would drop what the user imported.
+        raise ValueError(f"{out}: its bundled part is not current (a corpus setting or package changed) and it "
+                         f"holds imported data ({', '.join(imported)}), which a rebuild would replace; build the "
+                         "bundled corpus into another corpus.dir and import there, or pass --force to rebuild and "
+                         "import again")
 
     started = time.perf_counter()
     staging = out / ".staging"

@@ -284,7 +284,9 @@ def make_plan(sw: SweepConfig, inputs: PlanInputs, histogram_entropy: dict[str, 
                                     plan.trial(Trial(source, method, size, steps, d, tokens, k, seed, setting,
                                                      setting + seed_suffix(seed), "grid"))
     student = pretrain_name(methods.BASELINE, small, None)
-    if large:
+    # The large model is trained only for what reads it: distillation's teachers (and C1's large model) or
+    # SALT's baseline (C5). Issue 46: without either it was trained for every seed and read by nothing.
+    if large and (sw.distill or sw.salt_kd_share):
         teacher_base = pretrain_name(methods.BASELINE, large, None)
         large_steps = sw.large_steps or longest
         curve_every = sw.curve_every or max(1, large_steps // 20)
@@ -356,14 +358,34 @@ def part_of(runs: tuple[PretrainRun, ...], trials: tuple[Trial, ...], part: list
     return tuple(replace(r, owned=r.name in owned) for r in runs if r.name in needed), kept
 
 
+def readers(p: Plan, run: PretrainRun) -> str:
+    """Why a run is in the plan: what reads it (trials that start from it or are taught from it, a SALT
+    run it teaches, C5's curves), in words."""
+    by_role: dict[str, int] = {}
+    for t in p.trials:
+        if t.source == run.name:
+            by_role[t.role] = by_role.get(t.role, 0) + 1
+        elif t.teacher_run == run.name:
+            by_role["teaches"] = by_role.get("teaches", 0) + 1
+    words = {"grid": "{} trials", "experts": "{} every-expert trials (C6)", "teacher": "{} teacher trials (C1, C4)",
+             "distill": "{} distilled students (C4)", "teaches": "its specializations teach {} students"}
+    said = [words[role].format(n) for role, n in by_role.items()]
+    said += [f"teaches {r.name} (SALT)" for r in p.runs if r.teacher == run.name]
+    if run.role in ("large", "salt") and any(r.role == "salt" for r in p.runs):
+        said.append("C5's curves")
+    return "; ".join(said) or "nothing reads it"
+
+
 def format_plan(p: Plan) -> str:
     wsd = any(r.branches for r in p.runs)
     lines = [f"{len(p.runs)} pretraining runs (each to its largest budget, "
-             + ("a WSD trunk with a cooldown branch to each smaller one):" if wsd else "snapshots at the others):")]
+             + ("a WSD trunk with a cooldown branch to each smaller one" if wsd else "snapshots at the others")
+             + "; what reads it):"]
     lines += [f"  {r.name:<32} {r.steps:>7} steps  "
               + (f"branches {list(r.branches)} (+{r.branch_steps} steps)" if r.branches
                  else f"snapshots {list(r.snapshots)}") + f"  {r.flops:.3g} FLOPs"
-              + (f"  teacher {r.teacher} for {r.kd_steps} steps" if r.teacher else "") for r in p.runs]
+              + (f"  teacher {r.teacher} for {r.kd_steps} steps" if r.teacher else "") + f"  — {readers(p, r)}"
+              for r in p.runs]
     lines.append(f"{len(p.trials)} specialization trials:")
     lines += [f"  {t.name:<48} domain {t.domain:<12} {t.flops:.3g} FLOPs"
               + (f"  wave {t.wave}, teacher {t.teacher}" if t.teacher else "") for t in p.trials]
