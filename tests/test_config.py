@@ -311,3 +311,23 @@ def test_the_dashboards_job_name_says_the_method_and_size():
     assert job_name(cfg) == "slm quickstart: pack, pretrain soup-d2"
     sweep = load_job(None, ["run.name=quickstart", "stages=[sweep, report]", "sweep.name=study-seed0"])
     assert job_name(sweep) == "slm quickstart: sweep study-seed0, report"
+
+
+def test_loggers_are_checked_before_the_run_and_a_job_that_trains_nothing_says_so(monkeypatch, capsys):
+    """Issue 46: a training stage with mlflow missing died in a ModuleNotFoundError traceback; loggers on a
+    job with no training stage (the quickstart) exited 0 having logged nothing, without a word."""
+    from slm import pipeline
+    from slm.job import load_job
+
+    data_job = load_job(REPO / "jobs" / "quickstart.yaml", ["pretrain.train.loggers=[tensorboard, mlflow, wandb]"])
+    pipeline.check_loggers(data_job)
+    assert ("pretrain.train.loggers lists tensorboard, mlflow, wandb, but no stage of this job trains"
+            in capsys.readouterr().out)
+    training = load_job(REPO / "jobs" / "pretrain.yaml", ["pretrain.train.loggers=[tensorboard, wandb]"])
+    pipeline.check_loggers(training)  # installed here (the dev extras)
+    # a package this environment does not have, under the name of one the check looks for
+    monkeypatch.setitem(pipeline.LOGGER_PACKAGES, "wandb", ("slm_no_such_tracker", "pip install -e '.[trackers]'"))
+    with pytest.raises(ConfigError, match=r"config key 'pretrain.train.loggers': wandb is not installed; "
+                                          r"pip install -e '.\[trackers\]', or leave it out of the list"):
+        pipeline.check_loggers(training)
+    assert not capsys.readouterr().out

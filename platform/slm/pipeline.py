@@ -268,6 +268,37 @@ def check_stages(cfg: JobConfig) -> None:
         raise ConfigError("config key 'stages': a job needs at least one stage")
     check_submitted_paths(cfg)
     check_domains(cfg)
+    check_loggers(cfg)
+
+
+# A logger's package (what `import` needs), and how to install it.
+LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "pip install tensorboard"),
+                   "mlflow": ("mlflow", "pip install -e '.[trackers]' (or pip install mlflow-skinny)"),
+                   "wandb": ("wandb", "pip install -e '.[trackers]' (or pip install wandb)")}
+# The training sections each stage runs under.
+LOGGING_STAGES = {"pretrain": ("pretrain",), "specialize": ("specialize",), "sweep": ("pretrain", "specialize")}
+
+
+def check_loggers(cfg: JobConfig) -> None:
+    """Every logger a training stage of the job will use is installed, checked before anything runs (a
+    missing mlflow was a ModuleNotFoundError traceback in the middle of a training stage); loggers set in a
+    section no stage of the job trains with are said to log nothing (issue 46)."""
+    import importlib.util
+
+    trained = {section for stage in cfg.stages for section in LOGGING_STAGES.get(stage, ())}
+    default = ["tensorboard"]
+    for section in ("pretrain", "specialize"):
+        loggers = getattr(cfg, section).train.loggers
+        if section not in trained:
+            if loggers != default:
+                print(f"[run] warning: {section}.train.loggers lists {', '.join(loggers)}, but no stage of this job "
+                      f"trains ({cfg.stages}): nothing will be logged", flush=True)
+            continue
+        for name in loggers:
+            module, install = LOGGER_PACKAGES[name]
+            if importlib.util.find_spec(module) is None:
+                raise ConfigError(f"config key '{section}.train.loggers': {name} is not installed; {install}, or "
+                                  f"leave it out of the list")
 
 
 def check_submitted_paths(cfg: JobConfig, cwd: Path | None = None) -> None:
