@@ -34,3 +34,18 @@ def test_readme_test_command_is_what_ci_runs():
     command = ci.strip().splitlines()[-1]
     assert command in readme
     assert "slm run jobs/quickstart.yaml" in readme
+
+
+def test_the_advice_quoted_in_the_docs_is_what_the_command_prints():
+    """Issue 46: quoted outputs went stale when what produced them changed. docs/budgets.md's advice is the
+    command's output on a committed table, checked here line for line."""
+    import re
+
+    from slm.tune.advise import advise_sweep, format_advice
+
+    text = (REPO / "docs" / "budgets.md").read_text()
+    quoted = re.search(r"## Advice\n.*?```text\n(.*?)```", text, re.S).group(1).splitlines()
+    printed = format_advice(advise_sweep(REPO / "benchmarks" / "results" / "quickstart_wsd", pretrain_budget=3e12,
+                                         specialization_budget=1e12, inference_budget=1e7, domain_tokens=40000,
+                                         domains=4)).splitlines()
+    assert quoted == printed[:len(quoted)]

@@ -478,18 +478,32 @@ def test_verdict_rules_error_rates_on_simulated_tables(one_domain_plan):
 
 
 def test_advise_and_the_report_use_the_same_test():
+    """Issue 46: the same pair was a "tie" in the advice (Welch's t) and "holds" in claims.md (paired t). Where
+    the seed pairs two settings' data (one domain, data size and specialization budget), both use the paired
+    t; across cells, both use Welch's."""
     from slm.tune.advise import advise
+    from slm.tune.results import aggregate, compare
 
-    def rows(setting, method, values):
+    def rows(setting, method, values, tokens=100):
         return [{**dict.fromkeys(MEANS, 0.0), "method": method, "size": "d1", "expert": None, "params": 1.0,
-                 "inference_flops_per_token": 1.0, "pretrain_steps": 10, "domain": "legal", "domain_tokens": 100,
+                 "inference_flops_per_token": 1.0, "pretrain_steps": 10, "domain": "legal", "domain_tokens": tokens,
                  "specialize_steps": 5, "perplexity": v, "accuracy": 0.1, "perplexity_before": 1.0,
                  "setting": setting, "seed": i, "trial": f"{setting}-seed{i}"} for i, v in enumerate(values)]
 
-    # 2.1 standard errors apart: separable under the old 2·se rule, a tie under Welch's t at ~4 df
+    # b is 2.1 above a at every seed: paired, that is separable (the claims' test says the same)
     a = rows("a", "generic", [10.0, 11.0, 12.0])
     b = rows("b", "soup", [12.1, 13.1, 14.1])
     answer = advise(a + b, pretrain_budget=1e9, specialization_budget=1e9, inference_budget=1e9, domain_tokens=100)
     margin = answer["answer"]["margin"]
-    assert margin["difference"] == pytest.approx(2.1) and margin["separable"] is False and answer["answer"]["tie"]
-    assert margin["low"] < 0 < margin["high"]
+    assert margin["difference"] == pytest.approx(2.1) and margin["test"] == "paired t" and margin["separable"] is True
+    assert not answer["answer"]["tie"]
+    c = judge("", "a", "b", [10.0, 11.0, 12.0], [12.1, 13.1, 14.1], "lower", "perplexity", paired=True)
+    assert c.test == "paired t" and c.low > 0
+    # across in-domain data sizes nothing pairs the seeds: Welch's t, 2.1 standard errors apart, a tie
+    other = rows("b", "soup", [12.1, 13.1, 14.1], tokens=50)
+    folded = {r["setting"]: r for r in aggregate(a + other)}
+    d = compare(folded["a"], folded["b"])
+    assert d.test == "Welch t" and d.interval()[0] < 0 < d.interval()[1]
+    answer = advise(a + other, pretrain_budget=1e9, specialization_budget=1e9, inference_budget=1e9, domain_tokens=100)
+    assert answer["answer"]["tie"] and answer["answer"]["margin"] is None
+    assert answer["answer"]["rivals"][0]["test"] == "Welch t"

@@ -232,21 +232,31 @@ def test_advise_picks_the_right_row():
     assert ask()["excluded"] == []  # the best of all was admissible
 
 
-def test_seeds_fold_into_means_with_standard_errors_and_ties_are_called():
-    # three seeds; perplexity shifts of -1, 0, +1 give every setting a standard error of 1/sqrt(3) = 0.577
-    table = [row for seed, shift in enumerate([-1.0, 0.0, 1.0]) for row in trials(ROWS, seed, shift)]
+def test_seeds_fold_into_means_with_intervals_and_ties_are_called():
+    # three seeds; each setting's own perplexity shifts (-1, 0, +1 or the reverse) give every setting a
+    # standard error of 1/sqrt(3) = 0.577 and a 95% half-interval of 4.30 × 0.577 = 2.48
+    shifts = {"a": [-1.0, 0.0, 1.0], "b": [1.0, 0.0, -1.0], "c": [-1.0, 0.0, 1.0], "d": [-1.0, 0.0, 1.0]}
+    table = [row for seed in range(3) for r in ROWS for row in trials([r], seed, shifts[r["trial"]][seed])]
     settings = {r["trial"]: r for r in aggregate(table)}
     assert set(settings) == {"a", "b", "c", "d"} and all(r["n"] == 3 and r["seeds"] == [0, 1, 2] for r in settings.values())
     assert settings["c"]["perplexity"] == pytest.approx(24.0) and settings["c"]["perplexity_se"] == pytest.approx(3 ** -0.5)
-    # c (24) vs b (25): 1.0 ± 0.816, Welch's 95% interval includes zero: a tie, said plainly, not a ranking
+    assert settings["b"]["perplexity_by_seed"] == [26.0, 25.0, 24.0]
+    # c (24) vs b (25), one cell (the seed pairs their data): paired differences 3, 1, -1, mean 1.0 ± 1.15:
+    # the 95% interval includes zero, a tie, said plainly, not a ranking
     a = advise(table, **{**ASK, "inference_budget": 10})
     assert a["answer"]["trial"] == "c" and a["answer"]["tie"] and a["answer"]["tied_with"] == ["b"]
-    assert a["answer"]["margin"]["difference"] == pytest.approx(1.0) and a["answer"]["margin"]["se"] == pytest.approx(0.8165, abs=1e-4)
-    assert any("differ by 1.00 ppl (95% interval -1.27 to 3.27): a tie at these budgets" in n for n in a["notes"])
-    assert "A tie at these budgets" in format_advice(a) and "24.00 ± 0.58 (n=3)" in format_advice(a)
-    # d (20) vs c (24): 4.0 ± 0.816 (t = 4.9 on 4 df) is separable: a winner with its margin, no tie
+    tied = a["answer"]["rivals"][0]
+    assert tied["test"] == "paired t" and tied["difference"] == pytest.approx(1.0) and tied["se"] == pytest.approx(2 / 3 ** 0.5)
+    assert a["answer"]["margin"]["trial"] == "a"  # the margin: over the best setting outside the tie
+    text = format_advice(a)
+    assert text.startswith("A tie at these budgets: SLM-is (CRISP) at size d2 has the lowest mean perplexity, within "
+                           "noise of Soup-of-Experts at size d2 (1.00 ppl behind, 95% interval -3.97 to 5.97 (paired t))")
+    assert "Margin over the best setting outside the tie: generic at size d2 (a), 6.00 ppl behind" in text
+    assert "24.00 [21.52, 26.48] (n=3)" in text
+    # d (20) vs c (24): another in-domain data size, so Welch's t: 4.0 ± 0.816 (t = 4.9 on 4 df), a winner
     a = advise(table, **ASK)
     assert a["answer"]["trial"] == "d" and not a["answer"]["tie"] and a["answer"]["margin"]["separable"] is True
+    assert a["answer"]["margin"]["test"] == "Welch t"
     assert not any("tie" in n or "unknown" in n for n in a["notes"])
     # the report's front on the means, and what is within noise of it: b (25 at cost 305) is dominated by
     # c (24 at cost 150) but not out of the noise
@@ -254,12 +264,13 @@ def test_seeds_fold_into_means_with_standard_errors_and_ties_are_called():
     assert [r["trial"] for r in pareto(rows, "t")] == ["a", "c", "d"]
     assert [r["trial"] for r in near_front(rows, "t")] == ["b"]
     summary = markdown(list(settings.values()), trials=len(table), plots=["pretrain_cost.png"])
-    assert "12 specialized models: 4 settings, up to 3 seed(s)" in summary and "| b | 305 | 25.00 ± 0.58 (n=3) |" in summary
+    assert "12 specialized models: 4 settings, up to 3 seed(s)" in summary and "| b | 305 | 25.00 [22.52, 27.48] (n=3) |" in summary
     assert "| SLM-is (CRISP) (`importance`) | d2 |" in summary  # the plots' names, the config's beside
     assert "Plots: `pretrain_cost.png`." in summary  # only what was written
     from slm.tune.report import caption  # what every plot's points and error bars are, and what the axes omit
+
     assert caption(list(settings.values())) == (
-        "Each point a setting: mean over up to 3 seeds, error bars ± 1 standard error. Served size d2 (0.00M params), "
+        "Each point a setting: mean over up to 3 seeds, error bars its 95% t interval. Served size d2 (0.00M params), "
         "d4 (0.00M params); 1 specialization steps. Points of one cost are spread sideways a little so that none "
         "hides another.")
 

@@ -9,10 +9,12 @@ A row is admissible when, for N domains,
   specialization budget;
 
 and the answer is the admissible setting of lowest mean specialized perplexity over its seeds, exact
-ties broken by C_total(N) = C_generic + N·C_specialization. It comes with its margin: the difference
-to the best admissible setting of another method or size, with its 95% interval (Welch's t over the
-seeds, ``slm.tune.stats``). A margin whose interval includes zero is called a tie, and every setting within noise of the winner is named; with one seed
-per setting the margin has no error and the advice says the spread is unknown (``slm.tune.results``).
+ties broken by C_total(N) = C_generic + N·C_specialization. Every other method and size is then held
+against it at its own best admissible setting, with the difference's 95% interval (a paired t over the
+seeds where the seed pairs their data, Welch's t otherwise: ``slm.tune.results.compare``): those within
+noise of the answer form **the tie**, named first; **the margin** is over the best setting outside it; the
+rest are listed with their gap. With one seed per setting no difference has an error and the advice says
+the spread is unknown (``slm.tune.results``).
 Budgets are in FLOPs (or device-seconds with ``unit="device_seconds"``). The measured answer extrapolates
 nothing: a request beyond every measured row is answered with the best measured row and a plain statement
 that the request lies outside the sweep.
@@ -30,7 +32,7 @@ from pathlib import Path
 
 from slm.methods import display
 from slm.tune import ladder
-from slm.tune.results import aggregate, difference, menu, ppl, read_table
+from slm.tune.results import aggregate, compare, menu, ppl, read_table
 from slm.tune.stats import separable
 
 
@@ -77,27 +79,27 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
     evidence = [{**{k: r[k] for k in ("trial", "method", "size", "pretrain_steps", "domain", "domain_tokens",
                                       "specialize_steps", "perplexity", "perplexity_se", "n", "accuracy")},
                  "total": total(r)} for r in ranked[:5]]
-    others = [r for r in ranked if (r["method"], r["size"]) != (best["method"], best["size"])]
-    margin = None
-    if others:
-        d = difference(best, others[0])
+    # Each other method and size at its best admissible setting, against the answer.
+    rivals = []
+    for r in ranked[1:]:
+        if (r["method"], r["size"]) in {(best["method"], best["size"]), *((x["method"], x["size"]) for x in rivals)}:
+            continue
+        d = compare(best, r)
         low, high = d.interval() if d.testable else (None, None)
-        margin = {"runner_up": others[0]["trial"], "method": others[0]["method"], "size": others[0]["size"],
-                  "difference": d.estimate, "se": d.se, "low": low, "high": high, "df": d.df,
-                  "separable": separable(d)}
-    # every admissible setting of another method or size that the winner does not beat out of the noise
-    tied = [r["trial"] for r in others if separable(difference(best, r)) is False]
+        rivals.append({"runner_up": r["trial"], "trial": r["trial"], "method": r["method"], "size": r["size"],
+                       "perplexity": r["perplexity"], "perplexity_se": r["perplexity_se"], "n": r["n"],
+                       "difference": d.estimate, "se": d.se, "low": low, "high": high, "df": d.df, "test": d.test,
+                       "separable": separable(d)})
+    tied = [x["trial"] for x in rivals if x["separable"] is False]
+    # the margin: over the best setting outside the tie (None when every rival is within noise)
+    margin = next((x for x in rivals if x["separable"] is not False), None)
     if best["n"] < 2:
         notes.append("one seed per setting: the spread is unknown, so is whether the margin is real "
                      "(rerun the sweep with sweep.seeds, e.g. [0, 1, 2])")
-    elif margin and margin["separable"] is False:
-        notes.append(f"{best['method']} {best['size']} and {margin['method']} {margin['size']} differ by "
-                     f"{margin['difference']:.2f} ppl (95% interval {margin['low']:.2f} to {margin['high']:.2f}): "
-                     "a tie at these budgets")
     return {"answer": {"method": best["method"], "size": best["size"], "trial": best["trial"],
                        "perplexity": best["perplexity"], "perplexity_se": best["perplexity_se"], "n": best["n"],
                        "accuracy": best["accuracy"], "total": total(best), "unit": unit, "domains": domains,
-                       "margin": margin, "tie": bool(tied), "tied_with": tied},
+                       "margin": margin, "tie": bool(tied), "tied_with": tied, "rivals": rivals},
             "evidence": evidence, "excluded": excluded(rows, best, value, limit), "notes": notes,
             "curves": from_curves}
 
@@ -160,21 +162,30 @@ def format_advice(a: dict) -> str:
         lines.append("No measured configuration fits these budgets.")
     else:
         b, m = a["answer"], a["answer"]["margin"]
+        name = f"{display(b['method'])[0]} at size {b['size']}"
         if b["tie"]:
-            lines.append(f"A tie at these budgets: {b['method']} at size {b['size']} has the lowest mean "
-                         f"perplexity, but not out of the noise of {', '.join(b['tied_with'])}; choose among "
-                         "them by cost, or add seeds.")
-        lines.append(f"Build {b['method']} at size {b['size']}: specialized perplexity {ppl(b)}, "
-                     f"top-1 {b['accuracy']:.4f}, C_total({b['domains']}) = {b['total']:.3g} {b['unit']} "
-                     f"(measured: {b['trial']}).")
+            tied = [x for x in b["rivals"] if x["separable"] is False]
+            lines.append(f"A tie at these budgets: {name} has the lowest mean perplexity, within noise of "
+                         + ", ".join(f"{display(x['method'])[0]} at size {x['size']} ({gap(x)})" for x in tied)
+                         + "; choose among them by cost (C_total below), or add seeds.")
+        lines.append(f"{'Cheapest choice of the tie to check first' if b['tie'] else 'Build'} {name}: specialized "
+                     f"perplexity {ppl(b)}, top-1 {b['accuracy']:.4f}, C_total({b['domains']}) = {b['total']:.3g} "
+                     f"{b['unit']} (measured: {b['trial']}).")
         if m:
-            error = (f" ppl (95% interval {m['low']:.2f} to {m['high']:.2f}, Welch's t)" if m["se"] is not None
-                     else " ppl (spread unknown)")
-            lines.append(f"Margin: {m['difference']:.2f}{error} ahead of {m['method']} at size {m['size']} "
-                         f"({m['runner_up']}).")
-        lines += ["", "Evidence (best admissible settings; ppl: mean ± standard error over n seeds):",
+            lines.append(f"Margin over the best setting outside {'the tie' if b['tie'] else 'it'}: "
+                         f"{display(m['method'])[0]} at size {m['size']} ({m['runner_up']}), {gap(m)}.")
+        elif b["rivals"]:
+            lines.append("Every other method and size that fits is within noise of it.")
+        else:
+            lines.append("No other method or size fits these budgets.")
+        losing = [x for x in b["rivals"] if x is not m and x["separable"] is not False]
+        if losing:
+            lines += ["", "Also within the budgets, and behind it:"]
+            lines += [f"- {display(x['method'])[0]} at size {x['size']} ({x['trial']}): {ppl(x)}, {gap(x)}"
+                      for x in losing]
+        lines += ["", "Evidence (best admissible settings; ppl: mean [95% interval over its n seeds]):",
                   "| setting | method | size | ppl | top-1 | C_total |", "|---|---|---|---|---|---|"]
-        lines += [f"| {e['trial']} | {e['method']} | {e['size']} | {ppl(e)} | {e['accuracy']:.4f} "
+        lines += [f"| {e['trial']} | {display(e['method'])[0]} | {e['size']} | {ppl(e)} | {e['accuracy']:.4f} "
                   f"| {e['total']:.3g} |" for e in a["evidence"]]
     if a["excluded"]:
         lines += ["", "Ruled out by a budget although their perplexity is lower:" if a["answer"] else
@@ -191,6 +202,13 @@ def format_advice(a: dict) -> str:
     return "\n".join(lines)
 
 
+def gap(x: dict) -> str:
+    """A rival's distance behind the answer, in words, with its interval and test."""
+    if x["se"] is None:
+        return f"{x['difference']:.2f} ppl behind (spread unknown)"
+    return f"{x['difference']:.2f} ppl behind, 95% interval {x['low']:.2f} to {x['high']:.2f} ({x['test']})"
+
+
 def format_curve_advice(c: dict) -> list[str]:
     lines = ["From the fitted curves, at exactly these budgets (loss vs pretraining FLOPs per family; 95% "
              "intervals across seeds):"]
@@ -202,7 +220,7 @@ def format_curve_advice(c: dict) -> list[str]:
             + f"{e['measured_from']:.3g}-{e['measured_to']:.3g}"
         spread = (f"{e['low']:.2f} to {e['high']:.2f}" if math.isfinite(e["high"]) and e["low"] > 0
                   else "interval unknown: fewer than two seeds")
-        return (f"{e['method']} at size {e['size']} ({e['domain']}, {e['domain_tokens']:,} in-domain tokens, "
+        return (f"{display(e['method'])[0]} at size {e['size']} ({e['domain']}, {e['domain_tokens']:,} in-domain tokens, "
                 f"{e['specialize_steps']} spec. steps), pretrained with {e['pretrain_flops']:.3g} FLOPs: perplexity "
                 f"{e['perplexity']:.2f} ({spread}; {where}; {e['form']}, seeds: {e['seeds']})")
 
@@ -210,7 +228,7 @@ def format_curve_advice(c: dict) -> list[str]:
     m = c["margin"]
     if m:
         verdict = "separable" if m["separable"] else "a tie (the interval includes 1)"
-        lines.append(f"Margin: {m['method']} at size {m['size']} has {m['ratio']:.3f}× its perplexity (95% interval "
+        lines.append(f"Margin: {display(m['method'])[0]} at size {m['size']} has {m['ratio']:.3f}× its perplexity (95% interval "
                      f"{m['low']:.3f} to {m['high']:.3f}, paired by seed): {verdict}"
                      + ("; extrapolated" if m["extrapolated"] else "") + ".")
     lines += ["Next best:"] + [f"- {said(e)}" for e in c["predictions"][1:]]

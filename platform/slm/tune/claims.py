@@ -603,9 +603,10 @@ def _num(x: float | None, digits: int = 2) -> str:
 
 
 def _mean(mean: float | None, ci: float | None, digits: int) -> str:
+    """A side's mean and its 95% interval over seeds, [low, high]: the convention of every table."""
     if mean is None:
         return "—"
-    return f"{mean:.{digits}f} ± {ci:.{digits}f}" if ci is not None else f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} [{mean - ci:.{digits}f}, {mean + ci:.{digits}f}]" if ci is not None else f"{mean:.{digits}f}"
 
 
 def _p(p: float | None) -> str:
@@ -628,8 +629,8 @@ def _row(c: Comparison) -> str:
 def markdown(claims: list[Claim], design: Design | None = None) -> str:
     lines = ["# Claims", "",
              "Each claim of the seed papers, evaluated from this sweep's results table and plan by `slm.tune.claims` "
-             "(docs/budgets.md, \"The claims check\", says how to read it). Means are over seeds ± half their 95% "
-             "interval; `b − a` is positive when a is lower (better), with its 95% interval; `p holds` is the "
+             "(docs/budgets.md, \"The claims check\", says how to read it). Each side is its mean over seeds with the "
+             "95% interval of that mean, [low, high] (the convention of every table); `b − a` is positive when a is lower (better), with its 95% interval; `p holds` is the "
              "evidence for the expectation (< 0.05: the interval clears its bound), `p refutes` the evidence "
              "against it after Holm's adjustment over the claim's comparisons.", "",
              "| claim | source | verdict | comparisons (holds / does not / inconclusive) |", "|---|---|---|---|"]

@@ -130,14 +130,14 @@ def crossings(fams: list[Family], against: str = methods.BASELINE) -> list[CellC
 
 def describe_crossing(c: CellCrossing) -> str:
     x = c.crossing
-    names = {"a": c.a.method, "b": c.b.method}
+    names = {"a": methods.display(c.a.method)[0], "b": methods.display(c.b.method)[0]}  # the papers' names
     if x.at is None:
-        lower = c.a.method if c.a.fit.params(x.high) < c.b.fit.params(x.high) else c.b.method
-        return (f"{c.a.method} and {c.b.method}: no crossing in [{x.low:.3g}, {x.high:.3g}] pretraining FLOPs "
+        lower = names["a"] if c.a.fit.params(x.high) < c.b.fit.params(x.high) else names["b"]
+        return (f"{names['a']} and {names['b']}: no crossing in [{x.low:.3g}, {x.high:.3g}] pretraining FLOPs "
                 f"({lower} lower throughout; {x.seeds_crossing} of {x.seeds} seeds' curves cross there)")
     at = x.at
     where = "extrapolated, beyond the measured budgets" if at.extrapolated else "within the measured budgets"
     spread = (f"95% interval {at.low:.3g} to {at.high:.3g}" if math.isfinite(at.high) and at.low > 0 else
               f"no interval: {x.seeds - x.seeds_crossing} of {x.seeds} seeds' curves do not cross in the range")
-    return (f"{c.a.method} and {c.b.method} cross at {at.value:.3g} pretraining FLOPs ({spread}; {where}): "
+    return (f"{names['a']} and {names['b']} cross at {at.value:.3g} pretraining FLOPs ({spread}; {where}): "
             f"{names[x.below_after]} is lower beyond it")

@@ -102,7 +102,8 @@ def advice_rows(trials: list[dict], rows: list[dict]) -> list[list[str]]:
                         continue
                     b, m = a["answer"], a["answer"]["margin"]
                     if m is None:
-                        margin = "no other method or size fits"
+                        margin = "every other fitting method is within noise" if b["tie"] else \
+                            "no other method or size fits"
                     elif m["se"] is None:
                         margin = f"{m['difference']:.2f} ahead of {_e(methods.display(m['method'])[0])} (spread unknown)"
                     else:
@@ -126,8 +127,10 @@ def page(name: str, trials: list[dict], rows: list[dict], plan: Plan, out: Path,
              + (f"; combined from {len(plan.parts)} tables" if len(plan.parts) > 1 else "") + ".</p>",
              '<nav><a href="#advice">Advice</a><a href="#figures">Figures</a><a href="#settings">Settings</a>'
              '<a href="#claims">Claims</a></nav>',
-             f'<p class="note">{_e(caption)} A 95% interval is the t interval of a setting\'s mean over its seeds; two '
-             "settings whose difference has a 95% interval (Welch's t) that includes zero are a tie, never ranked.</p>"]
+             f'<p class="note">{_e(caption)} Every perplexity is a setting\'s mean with the 95% t interval of that mean '
+             "over its seeds, [low, high]. Two settings whose difference has a 95% interval that includes zero are a "
+             "tie, never ranked: a paired t over the seeds where the seed pairs their data (the same domain, "
+             "in-domain data size and specialization budget), Welch's t otherwise.</p>"]
     if missing:
         parts.append(f'<p class="note">{len(missing)} planned trials have no row (their comparisons are inconclusive '
                      f"below): {_e(', '.join(missing[:20]))}{' …' if len(missing) > 20 else ''}</p>")
@@ -135,8 +138,11 @@ def page(name: str, trials: list[dict], rows: list[dict], plan: Plan, out: Path,
     parts += ['<h2 id="advice">Which method to build</h2>',
               '<p class="note"><code>slm advise</code> at each budget this sweep measured: the setting of lowest mean '
               "perplexity among those within the inference budget (FLOPs per token of the served model), the "
-              "in-domain tokens and the pretraining budget (generic FLOPs), with no limit on the cost per domain; "
-              "its margin over the best setting of another method or size, with its 95% interval. Other budgets: "
+              "in-domain tokens and the pretraining budget (generic FLOPs), with no limit on the cost per domain — "
+              "so SLM-is, whose pretraining is paid per domain (C_generic = 0), fits every pretraining budget here "
+              "and its pretraining counts in the per-domain cost, which these rows leave unbounded; the tie (every "
+              "method within noise of it), then its margin over the best setting outside the tie, with its 95% "
+              "interval. Other budgets: "
               "<code>slm advise --sweep SWEEP --pretrain-budget … --specialization-budget … --inference-budget … "
               "--domain-tokens … --domains N</code>.</p>",
               _table(["domain", "in-domain tokens", "inference budget (FLOPs/token)", "pretraining budget (FLOPs)",

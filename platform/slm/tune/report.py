@@ -1,12 +1,12 @@
 """`slm report SWEEP`: the frontier plots (Plan-Early's figures) and a Markdown summary of a sweep.
 
 Everything is computed on settings — a sweep's trials folded over their seeds (``slm.tune.results``):
-each point is a setting's mean perplexity with error bars of ± one standard error. Plots (PNG,
+each point is a setting's mean perplexity with error bars of its 95% t interval over seeds. Plots (PNG,
 matplotlib): a panel per domain (and per size or data size), specialized valid perplexity on a log y
 axis (lower is better), a colour per method (its paper name in the legend), a marker per in-domain data
 size, Pareto-optimal points (no other setting is both cheaper and better on the means) ringed in
-black and not joined, the points that no front point costing no more beats at 95% (Welch's t,
-``slm.tune.stats``) ringed in grey; one legend, outside the panels:
+black and not joined, the points that no front point costing no more beats at 95% (``results.compare``:
+paired where the seed pairs the data, Welch's t otherwise) ringed in grey; one legend, outside the panels:
 
 - ``pretrain_cost.png``: vs pretraining FLOPs (the generic part; SLM-is has none, it is plotted at the
   cost of its domain-specific pretraining, which it pays per domain);
@@ -42,7 +42,7 @@ from slm.tune.page import page
 from slm.tune.plan import DataFingerprint, Plan, seed_suffix
 from slm.tune.results import (
     aggregate,
-    difference,
+    compare,
     finite,
     menu,
     ppl,
@@ -52,7 +52,7 @@ from slm.tune.results import (
     write_curve_rows,
     write_table,
 )
-from slm.tune.stats import separable
+from slm.tune.stats import half_width, mean_interval, separable
 
 SATURATED = 0.01  # the study's bar: the valid loss changes by < 1% over the last doubling (docs/results.md)
 
@@ -79,7 +79,7 @@ def near_front(rows: list[dict], cost: str, quality: str = "perplexity") -> list
         if id(r) in on_front:
             continue
         beating = [o for o in ok if o is not r and o[cost] <= r[cost] and o[quality] <= r[quality]]
-        if all(separable(difference(o, r, quality)) is False for o in beating):
+        if all(separable(compare(o, r, quality)) is False for o in beating):
             near.append(r)
     return sorted(near, key=lambda r: r[cost])
 
@@ -89,7 +89,7 @@ DODGE = 0.02  # each group's points moved sideways by this fraction of the log a
 
 
 def _scatter(ax, rows: list[dict], cost, title: str, xlabel: str, markers: dict[int, str]) -> None:
-    """A panel: a setting a point (its seeds' mean ± one standard error), the colour its method, the
+    """A panel: a setting a point (its seeds' mean and 95% interval), the colour its method, the
     marker its in-domain data size; the Pareto-optimal points ringed, not joined (a line between them
     would claim the settings in between)."""
     for r in rows:
@@ -101,7 +101,8 @@ def _scatter(ax, rows: list[dict], cost, title: str, xlabel: str, markers: dict[
             r["_shown_x"] = r["_x"] * (1 + DODGE) ** (k - (len(groups) - 1) / 2)
         if mine:
             ax.errorbar([r["_shown_x"] for r in mine], [r["perplexity"] for r in mine],
-                        yerr=[r["perplexity_se"] or 0.0 for r in mine], fmt=markers[tokens], capsize=3,
+                        yerr=[half_width(r["perplexity_se"], r["n"] - 1) if r["perplexity_se"] else 0.0 for r in mine],
+                        fmt=markers[tokens], capsize=3,
                         alpha=0.8, color=methods.display(method)[1], markersize=5)
     front = pareto(rows, "_x")  # on the true costs; ringed where the points are drawn
     ax.scatter([r["_shown_x"] for r in front], [r["perplexity"] for r in front], s=140, facecolors="none",
@@ -258,7 +259,7 @@ def _curves_figure(path: Path, curves: list[dict]) -> None:
 
 def _fitted_figure(path: Path, fams: list[ladder.Family], crossings: list[ladder.CellCrossing]) -> bool:
     """``fitted_curves.png``: a panel per cell (size, domain, in-domain tokens, specialization steps), each
-    method's measured means (± standard error over seeds) against its pretraining FLOPs, its fitted curve
+    method's measured means (with their 95% intervals over seeds) against its pretraining FLOPs, its fitted curve
     (dashed beyond the measured budgets) and the 95% band across seeds; where two curves cross, a dotted
     line. False (no figure) when no family has a curve."""
     cells: dict[tuple, list[ladder.Family]] = {}
@@ -283,7 +284,7 @@ def _fitted_figure(path: Path, fams: list[ladder.Family], crossings: list[ladder
                 by_x.setdefault(point.x, []).append(math.exp(point.y))
             xs = sorted(by_x)
             means = [float(np.mean(by_x[x])) for x in xs]
-            errors = [float(np.std(by_x[x], ddof=1) / math.sqrt(len(by_x[x]))) if len(by_x[x]) > 1 else 0.0 for x in xs]
+            errors = [mean_interval(by_x[x]) or 0.0 for x in xs]
             ax.errorbar(xs, means, yerr=errors, fmt="o", color=color, markersize=4, capsize=2)
             lo, hi = f.fit.span
             grid = np.geomspace(lo / 1.5, hi * 4, 80)
@@ -314,8 +315,8 @@ def _fitted_figure(path: Path, fams: list[ladder.Family], crossings: list[ladder
         axes[k // n_cols][k % n_cols].set_visible(False)
     fig.legend(list(shown.values()), list(shown), loc="outside right upper", fontsize=8)
     # Wrapped to the panels' width: the legend sits at the right, level with the title (one line ran under it).
-    title = ("Fitted L = E + A·C^−α per method (log-perplexity against pretraining FLOPs): points the means ± 1 s.e. "
-             "over seeds, solid within the measured budgets, dashed beyond, the band the 95% interval across seeds; "
+    title = ("Fitted L = E + A·C^−α per method (log-perplexity against pretraining FLOPs): points the means over seeds "
+             "with their 95% intervals, solid within the measured budgets, dashed beyond, the band the 95% interval across seeds; "
              "dotted: where two methods' curves cross")
     fig.suptitle(textwrap.fill(title, width=max(60, int(14 * 4.4 * n_cols))), fontsize=8, x=0.01,
                  horizontalalignment="left")
@@ -435,12 +436,12 @@ def served_size(rows: list[dict], size: str) -> str:
 
 
 def caption(rows: list[dict]) -> str:
-    """What every panel's points are: means over seeds with standard errors, the served sizes and the
+    """What every panel's points are: means over seeds with 95% intervals, the served sizes and the
     specialization budgets (the axes show neither)."""
     n = max(r["n"] for r in rows)
     sizes = ", ".join(served_size(rows, s) for s in sorted({r["size"] for r in rows}))
     steps = ", ".join(str(s) for s in sorted({r["specialize_steps"] for r in rows}))
-    spread = (f"mean over up to {n} seeds, error bars ± 1 standard error" if n > 1
+    spread = (f"mean over up to {n} seeds, error bars its 95% t interval" if n > 1
               else "one seed per point: no error bars (spread unknown)")
     return (f"Each point a setting: {spread}. Served size {sizes}; {steps} specialization steps. "
             "Points of one cost are spread sideways a little so that none hides another.")
@@ -623,7 +624,9 @@ def markdown(rows: list[dict], trials: int, plots: list[str] = (), saturated: li
     seeds = max(r["n"] for r in rows)
     lines = ["# Sweep summary", "",
              f"{trials} specialized models: {len(rows)} settings, up to {seeds} seed(s) each. Perplexity is the mean "
-             "over a setting's seeds ± its standard error; a difference whose 95% interval (Welch's t) includes zero is a tie."
+             "over a setting's seeds with the 95% t interval of that mean, [low, high]; a difference whose 95% interval "
+             "includes zero is a tie (a paired t where the seed pairs the two settings' data: the same domain, in-domain "
+             "data size and specialization budget; Welch's t otherwise)."
              + ("" if seeds > 1 else " One seed per setting: the spread is unknown (set `sweep.seeds`)."), "",
              "Best per method (lowest mean perplexity):", "",
              "| method | size | pretrain steps | domain | in-domain tokens | spec. steps | ppl | top-1 | total FLOPs (1 domain) |",
@@ -639,7 +642,7 @@ def markdown(rows: list[dict], trials: int, plots: list[str] = (), saturated: li
     lines += [f"| {r['trial']} | {r['_total']:.3g} | {ppl(r)} |" for r in pareto(rows, "_total")]
     near = near_front(rows, "_total")
     if near:
-        lines += ["", "Not separable from the front (no front point that costs no more beats them at 95%, Welch's t):",
+        lines += ["", "Not separable from the front (no front point that costs no more beats them at 95%):",
                   "", "| setting | total FLOPs | ppl |", "|---|---|---|"]
         lines += [f"| {r['trial']} | {r['_total']:.3g} | {ppl(r)} |" for r in near]
     if saturated:

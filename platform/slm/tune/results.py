@@ -2,11 +2,15 @@
 folded over seeds into one row per setting with the mean and its standard error; the pretraining runs'
 evaluation curves (``curves.parquet``).
 
-Two folded settings differ by ``difference(a, b)``: Welch's t on their means, standard errors and seed
-counts; *separable* when its 95% interval excludes zero (``slm.tune.stats``, the one definition of
-"within noise" that the claims check, `slm advise` and the report share). A difference that is not
-separable is reported as a tie, never ranked. A setting measured at one seed has no spread: its standard
-error is ``None`` and nothing about it is called separable or a tie.
+Two folded settings differ by ``compare(a, b, trials)``: a paired t over their seeds where the seed pairs
+their data (the same domain, in-domain data size and specialization budget: at a seed both read the same
+in-domain subset and are scored on the same valid rows), Welch's t on their means, standard errors and seed
+counts otherwise (``difference``); *separable* when its 95% interval excludes zero (``slm.tune.stats``, the
+one definition of "within noise" that the claims check, `slm advise` and the report share). A difference
+that is not separable is reported as a tie, never ranked. A setting measured at one seed has no spread:
+its standard error is ``None`` and nothing about it is called separable or a tie. Every table shows a
+setting as its mean and the 95% t interval of that mean over its seeds (``ppl``), one convention in
+summary.md, the report's page, claims.md and `slm advise`.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from slm import methods
 from slm.artifacts import atomic_path
 from slm.layout import RunLayout, Snapshot, branch_name
 from slm.tune.plan import PretrainRun, Trial
-from slm.tune.stats import Difference, welch_from_summary
+from slm.tune.stats import Difference, half_width, paired, welch_from_summary
 
 # A sweep's result beside its report: what a study part commits (benchmarks/study_part.py) and what
 # `slm report --tables` combines.
@@ -262,6 +266,9 @@ def aggregate(rows: list[dict]) -> list[dict]:
             row[f"{key}_se"] = standard_error([r[key] for r in group])
         row.update(trial=setting, setting=setting, seeds=sorted(r["seed"] for r in group if r["seed"] is not None),
                    n=len(group))
+        # the specialized perplexity at each of ``seeds``, for a paired comparison (``compare``)
+        by_seed = {r["seed"]: r["perplexity"] for r in group}
+        row["perplexity_by_seed"] = [by_seed[s] for s in row["seeds"]]
         out.append(row)
     return out
 
@@ -272,9 +279,12 @@ def total_flops(r: dict, domains: int = 1) -> float:
 
 
 def ppl(r: dict) -> str:
-    """A setting's perplexity for a table: mean ± standard error over its seeds (n), or its one value."""
-    return f"{r['perplexity']:.2f} ± {r['perplexity_se']:.2f} (n={r['n']})" if r["perplexity_se"] is not None \
-        else f"{r['perplexity']:.2f} (n={r['n']})"
+    """A setting's perplexity for a table: its mean and the 95% t interval of that mean over its seeds (n), or
+    its one value."""
+    if r["perplexity_se"] is None:
+        return f"{r['perplexity']:.2f} (n={r['n']})"
+    h = half_width(r["perplexity_se"], r["n"] - 1)
+    return f"{r['perplexity']:.2f} [{r['perplexity'] - h:.2f}, {r['perplexity'] + h:.2f}] (n={r['n']})"
 
 
 def standard_error(values: list[float]) -> float | None:
@@ -284,3 +294,15 @@ def standard_error(values: list[float]) -> float | None:
 def difference(a: dict, b: dict, key: str = "perplexity") -> Difference:
     """``b − a`` of two folded settings (Welch's t; no interval unless both are measured at ≥ 2 seeds)."""
     return welch_from_summary(a[key], a[f"{key}_se"], a["n"], b[key], b[f"{key}_se"], b["n"])
+
+
+PAIRING = ("domain", "domain_tokens", "specialize_steps")  # what the seed pairs: the subset and the rows scored
+
+
+def compare(a: dict, b: dict, key: str = "perplexity") -> Difference:
+    """``b − a`` of two folded settings: a paired t over their seeds when the seed pairs their data (the same
+    ``PAIRING`` cell and the same seeds, specialized perplexities), Welch's t (``difference``) otherwise."""
+    seeds = a["seeds"]
+    if key == "perplexity" and len(seeds) >= 2 and seeds == b["seeds"] and all(a[k] == b[k] for k in PAIRING):
+        return paired(a["perplexity_by_seed"], b["perplexity_by_seed"])
+    return difference(a, b, key)
