@@ -659,7 +659,7 @@ def markdown(claims: list[Claim], design: Design | None = None) -> str:
         lines += [f"Rule: {c.rule}.", ""]
         if c.groups:
             entropy = design.entropy if design else {}
-            lines += ["| domain | histogram entropy (nats) | verdict |", "|---|---:|---|"]
+            lines += ["| domain | histogram entropy over the coarse clusters (nats) | verdict |", "|---|---:|---|"]
             lines += [f"| {g} | {_num(entropy.get(g), 3)} | {v} |" for g, v in c.groups.items()] + [""]
         lines += ["| condition | a | b | measure | a | b | b − a [95% CI] | expected of a (margin) | test | p holds | "
                   "p refutes (Holm) | verdict |", "|---|---|---|---|---:|---:|---:|---|---|---:|---:|---|"]
