@@ -70,3 +70,24 @@ def test_a_job_run_in_a_process_that_has_ray_leaves_that_ray_up(ray_local, corpu
     assert "[stats] complete and current" in capfd.readouterr().out
     assert ray_local._private.worker.global_worker.node.gcs_address == gcs_before
     assert ray_local.get(ray_local.remote(lambda: 2 + 2).remote()) == 4  # and it still runs tasks
+
+
+def test_the_dashboard_line_says_what_answers():
+    """Issue 46: on a host where another Ray ran, `ray start` printed "Failed to start the dashboard" and
+    exited 0, and nothing said so until `ray job submit` failed. The [ray] line checks the address."""
+    import http.server
+    import threading
+
+    from slm.runtime import dashboard_said
+
+    assert dashboard_said(None, wanted=True).startswith("no dashboard (this Ray reports none")
+    assert dashboard_said(None, wanted=False) == "no dashboard"
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # answers 501
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"127.0.0.1:{server.server_port}"
+        assert dashboard_said(url, wanted=True) == f"dashboard http://{url}"
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "not answering" in dashboard_said(url, wanted=True)  # the port is closed now

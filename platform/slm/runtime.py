@@ -217,10 +217,28 @@ def init_ray(cfg: RayConfig):
     if not verbose():  # Ray Data's execution plans and per-dataset statistics: INFO lines by the dozen
         logging.getLogger("ray.data").setLevel(logging.WARNING)
         quiet_ray_data_failures()
-    url = getattr(context, "dashboard_url", None)
-    print(f"[ray] {where}; {ray.cluster_resources().get('CPU', 0):.0f} CPUs"
-          + (f"; dashboard http://{url}" if url else ""), flush=True)
+    print(f"[ray] {where}; {ray.cluster_resources().get('CPU', 0):.0f} CPUs; "
+          f"{dashboard_said(getattr(context, 'dashboard_url', None), cfg.include_dashboard or bool(address))}",
+          flush=True)
     return context
+
+
+def dashboard_said(url: str | None, wanted: bool) -> str:
+    """Where the dashboard answers, checked (issue 46: a head whose dashboard had failed to start was taken to
+    have one, and `ray job submit` then answered "500: No available agent")."""
+    import urllib.error
+    import urllib.request
+
+    if not url:
+        return "no dashboard" + (" (this Ray reports none: it failed to start or was left out; docs/usage.md, "
+                                 "'Watch')" if wanted else "")
+    try:
+        urllib.request.urlopen(f"http://{url}/api/version", timeout=3).close()
+    except urllib.error.HTTPError:
+        pass  # it answered (an auth refusal is an answer)
+    except OSError as e:
+        return f"dashboard http://{url} not answering ({e.__class__.__name__})"
+    return f"dashboard http://{url}"
 
 
 # CPU flags of instruction sets that compute bfloat16 matmuls natively (oneDNN uses them); without
