@@ -14,6 +14,7 @@ import platform
 import re
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,13 +233,18 @@ def dashboard_said(url: str | None, wanted: bool) -> str:
     if not url:
         return "no dashboard" + (" (this Ray reports none: it failed to start or was left out; docs/usage.md, "
                                  "'Watch')" if wanted else "")
-    try:
-        urllib.request.urlopen(f"http://{url}/api/version", timeout=3).close()
-    except urllib.error.HTTPError:
-        pass  # it answered (an auth refusal is an answer)
-    except OSError as e:
-        return f"dashboard http://{url} not answering ({e.__class__.__name__})"
-    return f"dashboard http://{url}"
+    for attempt in range(6):  # a fresh dashboard may take a moment after ray.init returns
+        try:
+            urllib.request.urlopen(f"http://{url}/api/version", timeout=2).close()
+        except urllib.error.HTTPError:
+            pass  # it answered (an auth refusal is an answer)
+        except OSError as e:
+            if attempt == 5:
+                return f"dashboard http://{url} not answering ({e.__class__.__name__})"
+            time.sleep(0.5)
+            continue
+        return f"dashboard http://{url}"
+    return f"dashboard http://{url} not answering"
 
 
 # CPU flags of instruction sets that compute bfloat16 matmuls natively (oneDNN uses them); without
