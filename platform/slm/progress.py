@@ -25,7 +25,13 @@ def duration(seconds: float) -> str:
 
 
 class Progress:
-    """``done`` of ``total`` units of one stage's work, its rate and the time left, printed every ``every_s``."""
+    """``done`` of ``total`` units of one stage's work, its rate and the time left, printed every ``every_s``.
+
+    The rate behind the ETA is measured from the first unit done, not from the start: a stage's start-up
+    (actors loading a model, a pool warming up) is not its pace — an embedding's first ETA read "1 h 06 min"
+    for a stage that took 3.5 min. The ETA is said once a tenth of the work is done (``ETA after 10%``
+    before) and the first unit has a quarter of the elapsed time behind it (``ETA once the pace is
+    measured`` until then)."""
 
     def __init__(self, tag: str, unit: str, total: int, every_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic, out: Callable[[str], None] | None = None):
@@ -33,22 +39,32 @@ class Progress:
         self.out = out or (lambda line: print(line, flush=True))
         self.done, self.started = 0, clock()
         self.printed_at: float | None = None
+        self.first: tuple[float, int] | None = None  # (when, how many) at the first update with work done
 
     def line(self) -> str:
-        elapsed = self.clock() - self.started
+        now = self.clock()
+        elapsed = now - self.started
         share = f" ({self.done / self.total:.0%})" if self.total else ""
         text = f"[{self.tag}] {self.done:,}/{self.total:,} {self.unit}{share}"
-        if self.done and elapsed > 0:
-            rate = self.done / elapsed
-            text += f", {rate:.3g}/s" if rate >= 1 else f", {rate * 60:.3g}/min"
-            if self.done < self.total:
-                text += f", ETA {duration((self.total - self.done) / rate)}"
-            else:
-                text += f", in {duration(elapsed)}"
-        return text
+        if not self.done or elapsed <= 0:
+            return text
+        rate = self.done / elapsed
+        text += f", {rate:.3g}/s" if rate >= 1 else f", {rate * 60:.3g}/min"
+        if self.done >= self.total:
+            return text + f", in {duration(elapsed)}"
+        if self.done * 10 < self.total:
+            return text + ", ETA after 10%"
+        since, then = self.first or (self.started, 0)
+        # the pace since the first unit, once it has a quarter of the elapsed time behind it (units that
+        # finish together, two runs at once, would otherwise read as an instant pace)
+        if now - since < elapsed / 4 or self.done <= then:
+            return text + ", ETA once the pace is measured"
+        return text + f", ETA {duration((self.total - self.done) * (now - since) / (self.done - then))}"
 
     def update(self, done: int) -> None:
         """The work done so far (a running total); prints when ``every_s`` has passed since the last line."""
+        if done and self.first is None:
+            self.first = (self.clock(), done)
         self.done = done
         now = self.clock()
         if self.total <= 0:  # nothing to do (a fully pinned cluster stage): nothing to report

@@ -309,6 +309,21 @@ def test_pack_conserves_tokens_and_keeps_cluster_ids(bpe, resampled, tmp_path):
     for leaf, n in per_leaf.items():  # each leaf loses less than one row: its tail
         assert 0 <= n - packed_per_leaf.get(leaf, 0) < seq_len + 1, leaf
     assert set(table.column("domain").to_pylist()) == {"generic"}
+    # issue 46: tokenized before the shuffle, the rows are the bytes the text-joining packer made (pack_texts
+    # over each leaf's windows in its order: by id, then the leaf's seeded permutation)
+    import zlib
+
+    from slm.data.pack import pack_texts
+
+    ids = pq.read_table(source, columns=["id"]).column("id").to_pylist()
+    texts = windows.column("text").to_pylist()
+    for leaf in sorted(per_leaf)[:5]:
+        mine = sorted((i for i, lf in enumerate(windows.column("leaf").to_pylist()) if lf == leaf), key=ids.__getitem__)
+        order = np.random.default_rng(zlib.crc32(f"generic/{leaf}".encode())).permutation(len(mine))
+        expected = pack_texts(tok, [texts[mine[i]] for i in order], seq_len)
+        got = np.array([r for r, lf in zip(table.column("tokens").to_pylist(), table.column("leaf").to_pylist(),
+                                           strict=True) if lf == leaf], dtype=np.uint16).reshape(-1, seq_len + 1)
+        assert np.array_equal(got, expected), leaf
     arrays = PackedArrays.open(materialize(tmp_path / "packed"))  # what training reads
     # the digest a sweep's data fingerprint is made of, as recorded, is the arrays' own
     assert recorded_digest(tmp_path / "packed" / "arrays") == arrays_digest(tmp_path / "packed" / "arrays")

@@ -300,6 +300,18 @@ def test_the_table_is_a_tensorboard_hparams_experiment(tmp_path):
     # what varies across these trials (size, in-domain tokens) and the method; not the one domain, seed, …
     assert {h.name for h in experiment.hparam_infos} == {"method", "size", "domain_tokens"}
     assert {m.name.tag for m in experiment.metric_infos} >= {"perplexity", "accuracy", "per_domain_flops"}
+    # issue 46: the seed read 0.0000 in the HParams table; it is a discrete label
+    seeds = [*rows, *[{**r, "seed": 1, "trial": r["trial"].replace("seed0", "seed1")} for r in rows]]
+    folder = write_hparams(seeds, tmp_path / "tensorboard")
+    events = EventAccumulator(str(folder / "b-seed1"))
+    events.Reload()
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        events.SummaryMetadata("_hparams_/session_start_info").plugin_data.content).session_start_info
+    assert start.hparams["seed"].string_value == "1"
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(
+        events.SummaryMetadata("_hparams_/experiment").plugin_data.content).experiment
+    seed = next(h for h in experiment.hparam_infos if h.name == "seed")
+    assert [v.string_value for v in seed.domain_discrete.values] == ["0", "1"]
 
 
 def test_a_table_that_mixes_two_sweeps_is_refused():
@@ -474,7 +486,15 @@ def test_a_study_in_two_parts_reports_as_one(train_run, slm_cli, tmp_path):
         proc = slm_cli("sweep", "jobs/sweeps/study.yaml", *common, f"sweep.seeds=[{seed}]", f"sweep.name={name}")
         printed = proc.stdout
         assert noise(proc.stdout + proc.stderr) == {}  # issue 31: no alarming library line without -v
-        assert re.search(r"\[sweep\] pretraining 2/2 done: \S+-tiny-seed\d \(\d+ min \d+ s in\)", printed)  # k of N
+        assert re.search(r"\[sweep\] 2/2 pretraining runs done \(100%\), [\d.]+/(s|min), in .+; last: \S+-tiny-seed\d",
+                         printed)  # k of N
+        # issue 46: a line per trial, named by the trial (not by the reused actor's first), with k of N
+        ends = re.findall(r"\[sweep\] (\d)/4 wave 1 trials done \(\d+%\).*; last: (\S+) valid ppl [\d.]+", printed)
+        assert sorted(k for k, _ in ends) == ["1", "2", "3", "4"] and all(n.endswith(f"-seed{seed}") for _, n in ends)
+        # no trial's line forwarded by Ray (a pretraining task's are: "(pretrain:<run> pid=…)", named right)
+        assert not re.search(r"\((?!pretrain:)(\S+-seed\d) pid=\d+\).*\[train\]", printed)
+        logs = sorted((train_run.run.dir / "sweeps" / name / "trial_logs").glob("*.log"))
+        assert [p.stem for p in logs] == sorted(n for _, n in ends) and all("[train]" in p.read_text() for p in logs)
         parts[seed] = train_run.run.dir / "sweeps" / name
     design = tmp_path / "design.json"
     slm_cli("sweep", "jobs/sweeps/study.yaml", "--dry-run", "--plan-out", str(design), *common, "sweep.seeds=[0, 1]")

@@ -27,12 +27,20 @@ def reproducible_execution():
 
     The shuffle: Ray 2.60's default (SHUFFLE_V2) failed on the full corpus's resampled sets, a reducer
     joining a block with no columns to real ones ("Schema at index 1 was different"); the sort-based
-    one does not, and its reducers merge their inputs in a fixed order."""
+    one does not, and its reducers merge their inputs in a fixed order.
+
+    Parquet reads: Ray 2.60's DataSourceV2 reader (the default, ray-project/ray#65273) lists files through a
+    pool of ``FooterReader`` actors (32 by default) that ``FooterFileIndexer.list_files`` ends with
+    ``ray.kill``: each read left dozens of actor-creation tasks marked FAILED (WORKER_DIED) in the
+    dashboard of a job that succeeded (issue 46: "Failed: 89"). The V1 reader lists with plain tasks that
+    finish; what a stage reads and writes is the same (every stage's output is a function of the rows,
+    not of their block order: docs/budgets.md, "Reproducibility")."""
     context = DataContext.get_current()
     memory = context.issue_detectors_config.high_memory_detector_config
     saved = (context.shuffle_strategy, context.execution_options.preserve_order, context.enable_progress_bars,
-             context.enable_operator_progress_bars, memory.detection_time_interval_s)
+             context.enable_operator_progress_bars, memory.detection_time_interval_s, context.use_datasource_v2)
     context.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+    context.use_datasource_v2 = False
     context.execution_options.preserve_order = True
     # Progress: a bar on a terminal; in a log (where Ray Data writes every operator's state every 10 s,
     # most of a job's log) nothing but the stages' own lines, unless `slm -v`.
@@ -50,4 +58,4 @@ def reproducible_execution():
         yield
     finally:
         (context.shuffle_strategy, context.execution_options.preserve_order, context.enable_progress_bars,
-         context.enable_operator_progress_bars, memory.detection_time_interval_s) = saved
+         context.enable_operator_progress_bars, memory.detection_time_interval_s, context.use_datasource_v2) = saved

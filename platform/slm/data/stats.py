@@ -1,8 +1,10 @@
 """Corpus statistics on Ray Data: documents, characters and tokens per (domain, split, source).
 
 The first job every user runs; it proves that the corpus reads and tokenizes across the cluster.
-Shards are read in parallel, tokenized in ``map_batches`` tasks and reduced with a groupby, so the
-driver never holds the documents.
+Shards are read in parallel and tokenized in ``map_batches`` tasks, each batch reduced to its own few
+rows of counts per (domain, split, source) — summed on the driver, so the driver never holds the
+documents and no shuffle runs. (A groupby-aggregate ran Ray Data's hash shuffle, 200 partitions of
+aggregator actors on a 2-CPU Ray, whose shutdown left a SIGABRT dump in a stage that succeeded: issue 46.)
 """
 
 from __future__ import annotations
@@ -13,26 +15,27 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import ray.data
-from ray.data.aggregate import Count, Sum
 
 from slm.config import config_hash
 from slm.corpus.layout import corpus_files, verify_corpus
 from slm.data import tokenizers
 from slm.data.config import StatsConfig
+from slm.data.execution import reproducible_execution
 from slm.progress import Progress, RemoteProgress, report
+
+KEYS = ["domain", "split", "source"]
 
 
 def _count_tokens(batch: pa.Table, tokenizer: str, progress) -> pa.Table:
+    """The batch's counts: one row per (domain, split, source) in it — documents, chars, tokens."""
     texts = batch.column("text").to_pylist()
     encoded = tokenizers.load(tokenizer).encode_batch(texts, add_special_tokens=False)
     report(progress, len(texts))  # a Counter actor (slm.progress)
-    return pa.table({
-        "domain": batch.column("domain"),
-        "split": batch.column("split"),
-        "source": batch.column("source"),
-        "n_chars": batch.column("n_chars"),
-        "n_tokens": pa.array(np.fromiter((len(e.ids) for e in encoded), np.int64, len(encoded))),
-    })
+    counted = pa.table({**{k: batch.column(k) for k in KEYS}, "n_chars": batch.column("n_chars").cast(pa.int64()),
+                        "n_tokens": pa.array(np.fromiter((len(e.ids) for e in encoded), np.int64, len(encoded)))})
+    summed = counted.group_by(KEYS).aggregate([("n_chars", "count"), ("n_chars", "sum"), ("n_tokens", "sum")])
+    return summed.rename_columns({"n_chars_count": "documents", "n_chars_sum": "chars",
+                                  "n_tokens_sum": "tokens"})
 
 
 def stats_key(corpus_dir: str | Path, cfg: StatsConfig) -> str:
@@ -49,6 +52,7 @@ def stats_key(corpus_dir: str | Path, cfg: StatsConfig) -> str:
     return config_hash({"stats": cfg, "corpus": corpus, "tokenizer": tokenizer})
 
 
+@reproducible_execution()
 def corpus_stats(corpus_dir: str | Path, tokenizer: str = tokenizers.EMBEDDER, batch_size: int = 256) -> list[dict]:
     """One row per (domain, split, source): documents, chars, tokens and chars per token."""
     verify_corpus(corpus_dir)
@@ -64,10 +68,10 @@ def corpus_stats(corpus_dir: str | Path, tokenizer: str = tokenizers.EMBEDDER, b
     with RemoteProgress(Progress("stats", "documents tokenized", documents)) as counter:
         counted = ds.map_batches(_count_tokens, fn_kwargs={"tokenizer": tokenizer, "progress": counter},
                                  batch_size=batch_size, batch_format="pyarrow")
-        rows = (counted.groupby(["domain", "split", "source"])
-                .aggregate(Count(alias_name="documents"), Sum("n_chars", alias_name="chars"),
-                           Sum("n_tokens", alias_name="tokens"))
-                .take_all())
+        partial = pa.concat_tables(ray.get(counted.to_arrow_refs()))  # a few rows per batch
+    totals = partial.group_by(KEYS).aggregate([("documents", "sum"), ("chars", "sum"), ("tokens", "sum")])
+    rows = totals.rename_columns({"documents_sum": "documents", "chars_sum": "chars", "tokens_sum": "tokens"}
+                                 ).to_pylist()
     out = []
     for r in sorted(rows, key=lambda r: (r["domain"] != "generic", r["domain"], r["split"], r["source"])):
         out.append({k: (int(v) if isinstance(v, np.integer) else v) for k, v in r.items()})

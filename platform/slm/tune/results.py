@@ -115,10 +115,13 @@ def write_hparams(rows: list[dict], logdir: Path) -> Path:
 
     # What is the same for every trial (one domain, no experts) would only crowd out what varies.
     varying = [k for k in HPARAMS if k == "method" or len({r[k] for r in rows}) > 1]
-    discrete = {k: sorted({r[k] for r in rows}) for k in ("method", "size", "domain") if k in varying}
+    # The seed is a label, not a quantity: as text it is a discrete column ("0", not 0.0000) and a filter.
+    labels = {"seed"}
+    discrete = {k: sorted({str(r[k]) if k in labels else r[k] for r in rows})
+                for k in ("method", "size", "domain", "seed") if k in varying}
     with atomic_path(logdir / "hparams") as tmp, SummaryWriter(log_dir=str(tmp)) as writer:
         for r in sorted(rows, key=lambda r: r["trial"]):
-            hparams = {k: -1 if r[k] is None else r[k] for k in varying}
+            hparams = {k: -1 if r[k] is None else str(r[k]) if k in labels else r[k] for k in varying}
             metrics = {k: r[k] for k in HPARAM_METRICS if finite(r[k])}
             writer.add_hparams(hparams, metrics, hparam_domain_discrete=discrete, run_name=r["trial"])
     return logdir / "hparams"

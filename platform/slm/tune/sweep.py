@@ -31,8 +31,8 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import ray
 import ray.tune
-from ray.tune import CLIReporter, TuneConfig, Tuner
+from ray.tune import Callback, CLIReporter, TuneConfig, Tuner
 from ray.tune import RunConfig as TuneRunConfig
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.schedulers import ASHAScheduler
@@ -53,6 +53,7 @@ from slm.data.histogram import coarse_histograms, entropy
 from slm.layout import RunLayout, TrainOutput
 from slm.models.config import size_config
 from slm.models.gpt import ModelConfigError
+from slm.progress import Progress
 from slm.runtime import init_ray
 from slm.train.budget import dense_flops_per_token
 from slm.train.config import BudgetConfig
@@ -211,11 +212,12 @@ def pretrain_all(cfg: SweepJob, runs: tuple[PretrainRun, ...]) -> None:
     own process are Ray tasks, as many at once as the cluster's resources allow, a SALT run after its
     teacher (Ray passes the teacher's result as the task's argument, so it waits for it)."""
     train = cfg.pretrain.train
-    started = time.perf_counter()
+    progress = Progress("sweep", "pretraining runs done", len(runs), every_s=0)
     if train.num_workers:
         for k, run in enumerate(runs, 1):
             pretrain(run_config(cfg, run))
-            print(f"[sweep] pretraining {k}/{len(runs)} done: {run.name} ({_elapsed(started)})", flush=True)
+            progress.update(k)
+            print(f"{progress.line()}; last: {run.name}", flush=True)
         return
     # The arrays every run memory-maps, made here once rather than by two tasks at the same time.
     for run in runs:
@@ -229,16 +231,11 @@ def pretrain_all(cfg: SweepJob, runs: tuple[PretrainRun, ...]) -> None:
         # named after the run: the dashboard's task list and timeline say which run each process is
         refs[run.name] = task.options(name=f"pretrain:{run.name}", **resources).remote(run_config(cfg, run), *teachers)
     pending = list(refs.values())
-    while pending:  # a line per finished run: where the pretraining stands, k of N
+    while pending:  # a line per finished run: where the pretraining stands, k of N, and the time left
         done, pending = ray.wait(pending, num_returns=1)
         name = ray.get(done[0])  # raises the run's error here
-        print(f"[sweep] pretraining {len(runs) - len(pending)}/{len(runs)} done: {name} ({_elapsed(started)})",
-              flush=True)
-
-
-def _elapsed(started: float) -> str:
-    seconds = int(time.perf_counter() - started)
-    return f"{seconds // 60} min {seconds % 60} s in"
+        progress.update(len(runs) - len(pending))
+        print(f"{progress.line()}; last: {name}", flush=True)
 
 
 def trial_config(cfg: SweepJob, t: Trial) -> SweepJob:
@@ -268,7 +265,13 @@ def specialize_trial(config: dict, job: SweepJob, runs: dict[str, PretrainRun], 
     log = Path(trials_log)
     with log.open("a") as f:  # an audit line per trial start: what a restored sweep ran again
         f.write(json.dumps({"trial": t.name, "started": time.time()}) + "\n")
-    m = specialize(cfg)
+    # The trial's own lines go to its log, not through Ray to the driver: Ray prefixes a forwarded line with
+    # the actor's name, which a reused actor keeps from its first trial (issue 46: 290 of 300 lines named
+    # another trial). The driver prints one line per trial event, named right (``TrialEvents``).
+    own = trial_log(log, t)
+    own.parent.mkdir(parents=True, exist_ok=True)
+    with own.open("a") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
+        m = specialize(cfg)
     layout = RunLayout.of(cfg)
     snapshot = layout.pretrained(t.source).read_snapshots()[t.pretrain_steps]
     teacher = teacher_snapshot = None
@@ -292,6 +295,32 @@ class TrialNamedActor:
 
 
 specialize_trial.__mixins__ = (TrialNamedActor,)
+
+
+def trial_log(trials_log: Path, t: Trial) -> Path:
+    """Where a trial's own lines go: ``trial_logs/<trial>.log`` beside the sweep's ``trials.log``."""
+    return trials_log.parent / "trial_logs" / f"{t.name}.log"
+
+
+class TrialEvents(Callback):
+    """The driver's line per finished or failed trial, named by the trial, with k of N and the time left
+    (``slm.progress.Progress``): what Tune's status table said in 520 of a sweep log's 1,079 lines."""
+
+    def __init__(self, wave: int, total: int, logs: Path):
+        self.progress = Progress("sweep", f"wave {wave} trials done", total, every_s=0)
+        self.done, self.logs = 0, logs
+
+    def _line(self, trial, what: str) -> None:
+        self.done += 1
+        self.progress.update(self.done)
+        print(f"{self.progress.line()}; last: {trial} {what}", flush=True)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        ppl = (trial.last_result or {}).get("perplexity")
+        self._line(trial, f"valid ppl {ppl:.2f}" if isinstance(ppl, float) else "finished")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._line(trial, f"FAILED (its lines: {self.logs / f'{trial}.log'})")
 
 
 def trial_key(cfg: SweepJob, t: Trial) -> str:
@@ -346,9 +375,10 @@ METRIC_COLUMNS = {"perplexity": "valid ppl", "accuracy": "top-1"}
 
 
 def trial_table() -> CLIReporter:
-    """Tune's status table: every minute in a log, every 20 s on a terminal (Tune's own is every 5 s)."""
+    """Tune's status table: every 5 minutes (Tune's own is every 5 s), 10 rows; between tables each trial's
+    end is one line (``TrialEvents``)."""
     return CLIReporter(parameter_columns=PARAMETER_COLUMNS, metric_columns=METRIC_COLUMNS, sort_by_metric=False,
-                       max_report_frequency=20 if sys.stdout.isatty() else 60, max_progress_rows=10)
+                       max_report_frequency=300, max_progress_rows=10)
 
 
 def run_wave(cfg: SweepJob, trials: list[Trial], wave: int, runs: dict[str, PretrainRun], out: Path
@@ -384,7 +414,8 @@ def run_wave(cfg: SweepJob, trials: list[Trial], wave: int, runs: dict[str, Pret
                                reuse_actors=not cfg.specialize.train.num_workers,
                                trial_name_creator=trial_name, trial_dirname_creator=trial_name),
         run_config=TuneRunConfig(name=name, storage_path=storage, progress_reporter=trial_table(),
-                                 verbose=1, callbacks=[JsonLoggerCallback(), CSVLoggerCallback()]),
+                                 verbose=1, callbacks=[JsonLoggerCallback(), CSVLoggerCallback(),
+                                                       TrialEvents(wave, len(pending), out / "trial_logs")]),
     )
     grid = list(tuner.fit())
     ran = [r.metrics for r in grid if r.metrics and "perplexity" in r.metrics]
