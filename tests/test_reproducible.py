@@ -50,9 +50,11 @@ def assert_same_data(a: Path, b: Path) -> None:
     assert tables(a / "resampled" / "legal" / "crisp" / "data").sort_by(by_draw).equals(
         tables(b / "resampled" / "legal" / "crisp" / "data").sort_by(by_draw))
     assert (a / "tokenizer" / "tokenizer.json").read_bytes() == (b / "tokenizer" / "tokenizer.json").read_bytes()
-    packed = sorted(p.parent.relative_to(a) for p in (a / "packed").glob("**/data/*.parquet"))
-    assert packed and packed == sorted(p.parent.relative_to(b) for p in (b / "packed").glob("**/data/*.parquet"))
-    for rel in dict.fromkeys(packed):
+    # The same packed sets, each the same rows (how many files a set's rows are written to is Ray Data's
+    # block partitioning, which is not fixed: training reads the rows, in leaf order)
+    packed = sorted({p.parent.relative_to(a) for p in (a / "packed").glob("**/data/*.parquet")})
+    assert packed and packed == sorted({p.parent.relative_to(b) for p in (b / "packed").glob("**/data/*.parquet")})
+    for rel in packed:
         assert in_leaf_order(tables(a / rel)).equals(in_leaf_order(tables(b / rel))), rel
 
 

@@ -49,6 +49,7 @@ from slm.data.embed import corpus_windows
 from slm.data.execution import reproducible_execution
 from slm.data.histogram import GENERIC, counts_by_leaf, kl, smoothed
 from slm.data.pinned import windowing
+from slm.progress import Progress, RemoteProgress, report
 
 ROWS_PER_BLOCK = 4096
 
@@ -77,6 +78,7 @@ class SubsetMethod:
     ``draw`` returns the chosen windows (with a ``copy`` column) and what the manifest should say of it."""
 
     name: str
+    draws_from_assignments = True  # reads ``Draw.generic`` once (the stage's n/N line counts those windows)
 
     def draw(self, d: Draw) -> tuple[ray.data.Dataset, dict]:
         raise NotImplementedError
@@ -136,6 +138,7 @@ class Dsir(SubsetMethod):
     generic window of the corpus (text, not embeddings)."""
 
     name = "dsir"
+    draws_from_assignments = False  # it reads the corpus's text
 
     def draw(self, d: Draw) -> tuple[ray.data.Dataset, dict]:
         if d.corpus_dir is None or d.embed is None:
@@ -166,6 +169,11 @@ def _poisson_copies(batch: pa.Table, lam: np.ndarray, seed: int) -> pa.Table:
     out = batch.take(pa.array(rows, pa.int64()))
     copy = np.concatenate([np.arange(c) for c in k]) if len(k) else np.zeros(0, np.int64)
     return out.append_column("copy", pa.array(copy.astype(np.int32)))
+
+
+def _counted(batch: pa.Table, progress) -> pa.Table:
+    report(progress, batch.num_rows)
+    return batch
 
 
 @reproducible_execution()
@@ -210,10 +218,16 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
         # per-window work (Poisson draws, DSIR's n-gram hashing) runs on every CPU.
         return assignments.filter(expr=col("domain") == d).repartition(target_num_rows_per_block=ROWS_PER_BLOCK)
 
-    chosen, info = subset.draw(Draw(domain, tokens, seed, windows_of(GENERIC), p_domain, p_generic, n_c, t_c,
-                                    Path(cluster_dir), Path(corpus_dir) if corpus_dir else None, embed, dsir_min_words))
-    with atomic_path(out / "data") as tmp:
-        chosen.write_parquet(str(tmp))
+    # The stage's n/N line with the time left (issue 46: resample printed nothing for 70-81 s): the generic
+    # windows a draw from the assignments has gone through.
+    total = int(n_c.sum()) if subset.draws_from_assignments else 0
+    with RemoteProgress(Progress("resample", f"generic windows drawn from ({domain}, {method})", total)) as counter:
+        generic = windows_of(GENERIC).map_batches(_counted, fn_kwargs={"progress": counter}, batch_format="pyarrow")
+        chosen, info = subset.draw(Draw(domain, tokens, seed, generic, p_domain, p_generic, n_c, t_c,
+                                        Path(cluster_dir), Path(corpus_dir) if corpus_dir else None, embed,
+                                        dsir_min_words))
+        with atomic_path(out / "data") as tmp:
+            chosen.write_parquet(str(tmp))
     # The drawn leaf histogram: one small count vector per block, summed here (no shuffle: a groupby
     # would start Ray Data's aggregator actors, seconds of fixed cost for a few thousand numbers).
     drawn = ray.data.read_parquet(str(out / "data")).select_columns(["leaf", "n_tokens"])
