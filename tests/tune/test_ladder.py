@@ -84,7 +84,7 @@ def test_the_crossing_is_found_with_an_interval_that_covers_it():
     x = found.crossing
     assert x.at is not None and x.at.low <= crossing_truth() <= x.at.high
     assert x.below_after == "b" and found.b.method == "soup" and x.seeds_crossing == 3
-    assert "soup is lower beyond it" in ladder.describe_crossing(found)
+    assert "Soup-of-Experts is lower beyond it" in ladder.describe_crossing(found)  # the papers' names
 
 
 def test_the_report_draws_the_curves_and_lists_them(tmp_path):
