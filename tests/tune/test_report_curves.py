@@ -54,3 +54,20 @@ def test_a_sweep_without_curves_has_neither_figure_nor_saturation(tmp_path):
     result = report(folder)
     assert "pretrain_curves.png" not in result["plots"]
     assert "saturation" not in (folder / "report" / "summary.md").read_text()
+
+
+def test_under_wsd_the_saturation_is_read_from_the_fully_trained_budgets_only(tmp_path):
+    """Issue 46: a WSD sweep's summary.md read the trunk's evaluation at half its steps (learning rate at its
+    peak) against its decayed end, −4.32% "not saturated", beside the curve's −1.10% from the fully trained
+    budgets. The second edition's committed part is a WSD sweep: only the curve's line is left."""
+    import shutil
+    from pathlib import Path
+
+    part = Path(__file__).parents[2] / "benchmarks" / "results" / "study2" / "seed0-a"
+    for name in (*SWEEP_TABLES, "plan.json"):
+        if (part / name).exists():
+            shutil.copy2(part / name, tmp_path / name)
+    report(tmp_path, tmp_path / "report")
+    text = (tmp_path / "report" / "summary.md").read_text()
+    assert "| run | steps | loss at half |" not in text
+    assert "from the curve through its fully trained budgets" in text
