@@ -224,6 +224,15 @@ def failed(value: float, vocab_size: int) -> bool:
     return not math.isfinite(value) or bool(vocab_size) and value >= vocab_size
 
 
+def counted(values: list[float], ceiling: float) -> list[float]:
+    """``values`` with each failed one counted at ``ceiling``, a uniform guess's perplexity (none when it is 0)."""
+    return [ceiling if ceiling and failed(x, ceiling) else x for x in values]
+
+
+def failed_note(runs: list[str], ceiling: int) -> str:
+    return f"failed: {', '.join(runs)} ({f'counted as a uniform guess, {ceiling:,} ppl' if ceiling else 'not tested: rerun it'})"
+
+
 def judge(part: str, a: str, b: str, va: list[float], vb: list[float], expected: Expectation, measure: str, *,
           paired: bool, margin: float = 0.0, group: str = "", note: str = "", against_bound: bool = False,
           seeds: list[int | None] | None = None, vocab_size: int = 0, b_trials: list[str] | None = None) -> Comparison:
@@ -239,13 +248,11 @@ def judge(part: str, a: str, b: str, va: list[float], vb: list[float], expected:
     sides = (("a", va),) if against_bound else (("a", va), ("b", vb))
     c.failed = [names[side][i] for side, values in sides for i, x in enumerate(values) if failed(x, ceiling)]
     if c.failed:
-        counted = f"counted as a uniform guess, {ceiling:,} ppl" if ceiling else "not tested: rerun it"
-        c.note = " ".join(filter(None, [note, f"failed: {', '.join(c.failed)} ({counted})"]))
+        c.note = " ".join(filter(None, [note, failed_note(c.failed, ceiling)]))
         if not ceiling:
             c.test = "failed"
             return c
-        va = [min(x, ceiling) if math.isfinite(x) else ceiling for x in va]
-        vb = vb if against_bound else [min(x, ceiling) if math.isfinite(x) else ceiling for x in vb]
+        va, vb = counted(va, ceiling), (vb if against_bound else counted(vb, ceiling))
     c.a_mean, c.a_ci = statistics.fmean(va), stats.mean_interval(va)
     c.b_mean, c.b_ci = statistics.fmean(vb), stats.mean_interval(vb)
     d = stats.one_sample(va, vb[0]) if against_bound else stats.paired(va, vb) if paired else stats.welch(va, vb)
@@ -386,15 +393,14 @@ def growth(part: str, ours: dict[int, Planned], generic: dict[int, Planned], tab
         gaps += miss_m + miss_b
         failures += [trial_name(p.setting, seed) for p, v in ((ours[budget], mine), (generic[budget], base))
                      for seed, x in zip(seeds, v, strict=False) if failed(x, vocab)]
-        counted = [[vocab if vocab and failed(x, vocab) else x for x in v] for v in (mine, base)]
-        values[budget] = [m / g for m, g in zip(*counted, strict=False)]
+        values[budget] = [m / g for m, g in zip(counted(mine, vocab), counted(base, vocab), strict=False)]
     a, b = f"{ours[large].setting} ÷ {generic[large].setting}", f"{ours[small].setting} ÷ {generic[small].setting}"
     if gaps:
         return missing(part, a, b, "lower", "perplexity_ratio", gaps, group=group)
     c = judge(part, a, b, values[large], values[small], "lower", "perplexity_ratio", paired=True, group=group,
               seeds=seeds)
     if failures and vocab:
-        c.failed, c.note = failures, f"failed: {', '.join(failures)} (counted as a uniform guess, {vocab:,} ppl)"
+        c.failed, c.note = failures, failed_note(failures, vocab)
     return c
 
 
