@@ -233,18 +233,16 @@ def dashboard_said(url: str | None, wanted: bool) -> str:
     if not url:
         return "no dashboard" + (" (this Ray reports none: it failed to start or was left out; docs/usage.md, "
                                  "'Watch')" if wanted else "")
-    for attempt in range(6):  # a fresh dashboard may take a moment after ray.init returns
+    for _ in range(6):  # a fresh dashboard may take a moment after ray.init returns
         try:
             urllib.request.urlopen(f"http://{url}/api/version", timeout=2).close()
+            return f"dashboard http://{url}"
         except urllib.error.HTTPError:
-            pass  # it answered (an auth refusal is an answer)
+            return f"dashboard http://{url}"  # it answered (an auth refusal is an answer)
         except OSError as e:
-            if attempt == 5:
-                return f"dashboard http://{url} not answering ({e.__class__.__name__})"
+            error = e
             time.sleep(0.5)
-            continue
-        return f"dashboard http://{url}"
-    return f"dashboard http://{url} not answering"
+    return f"dashboard http://{url} not answering ({error.__class__.__name__})"
 
 
 # CPU flags of instruction sets that compute bfloat16 matmuls natively (oneDNN uses them); without

@@ -80,10 +80,11 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
                                       "specialize_steps", "perplexity", "perplexity_se", "n", "accuracy")},
                  "total": total(r)} for r in ranked[:5]]
     # Each other method and size at its best admissible setting, against the answer.
-    rivals = []
+    rivals, seen = [], {(best["method"], best["size"])}
     for r in ranked[1:]:
-        if (r["method"], r["size"]) in {(best["method"], best["size"]), *((x["method"], x["size"]) for x in rivals)}:
+        if (r["method"], r["size"]) in seen:
             continue
+        seen.add((r["method"], r["size"]))
         d = compare(best, r)
         low, high = d.interval() if d.testable else (None, None)
         rivals.append({"runner_up": r["trial"], "trial": r["trial"], "method": r["method"], "size": r["size"],
