@@ -491,6 +491,7 @@ def test_a_study_in_two_parts_reports_as_one(train_run, slm_cli, tmp_path):
         # issue 46: a line per trial, named by the trial (not by the reused actor's first), with k of N
         ends = re.findall(r"\[sweep\] (\d)/4 wave 1 trials done \(\d+%\).*; last: (\S+) valid ppl [\d.]+", printed)
         assert sorted(k for k, _ in ends) == ["1", "2", "3", "4"] and all(n.endswith(f"-seed{seed}") for _, n in ends)
+        assert printed.count("wave 1 trials done") == 4 and printed.count("pretraining runs done") == 2  # once each
         # no trial's line forwarded by Ray (a pretraining task's are: "(pretrain:<run> pid=…)", named right)
         assert not re.search(r"\((?!pretrain:)(\S+-seed\d) pid=\d+\).*\[train\]", printed)
         logs = sorted((train_run.run.dir / "sweeps" / name / "trial_logs").glob("*.log"))

@@ -212,7 +212,8 @@ def pretrain_all(cfg: SweepJob, runs: tuple[PretrainRun, ...]) -> None:
     own process are Ray tasks, as many at once as the cluster's resources allow, a SALT run after its
     teacher (Ray passes the teacher's result as the task's argument, so it waits for it)."""
     train = cfg.pretrain.train
-    progress = Progress("sweep", "pretraining runs done", len(runs), every_s=0)
+    # Its lines are printed here, each naming the run that finished (the Progress's own would repeat them).
+    progress = Progress("sweep", "pretraining runs done", len(runs), out=lambda line: None)
     if train.num_workers:
         for k, run in enumerate(runs, 1):
             pretrain(run_config(cfg, run))
@@ -307,12 +308,12 @@ class TrialEvents(Callback):
     (``slm.progress.Progress``): what Tune's status table said in 520 of a sweep log's 1,079 lines."""
 
     def __init__(self, wave: int, total: int, logs: Path):
-        self.progress = Progress("sweep", f"wave {wave} trials done", total, every_s=0)
-        self.done, self.logs = 0, logs
+        # Its lines are printed here, each naming the trial that ended (the Progress's own would repeat them).
+        self.progress = Progress("sweep", f"wave {wave} trials done", total, out=lambda line: None)
+        self.logs = logs
 
     def _line(self, trial, what: str) -> None:
-        self.done += 1
-        self.progress.update(self.done)
+        self.progress.add(1)
         print(f"{self.progress.line()}; last: {trial} {what}", flush=True)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
