@@ -7,6 +7,8 @@ makes a no-op on later runs. Ray tests start their own local Ray with a private 
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -169,7 +171,7 @@ def _real_texts(corpus_dir: Path, domain: str, n: int) -> list[str]:
 @pytest.fixture(scope="session")
 def user_corpus(tmp_path_factory, corpus_dir, ray_local):
     """A user's corpus in three formats, made of real bundled text, imported through Ray Data."""
-    from slm.corpus.importer import import_corpus
+    from slm.data.importer import import_corpus
 
     root = tmp_path_factory.mktemp("user")
     legal = _real_texts(corpus_dir, "legal", 300)
@@ -205,7 +207,7 @@ def mini_corpus_dir(corpus_dir, ray_local, tmp_path_factory) -> Path:
     windows each, but ~1,000 windows in all instead of ~2,200, and embedding them is most of the data
     tests' time on 2 cores.
     """
-    from slm.corpus.importer import import_corpus
+    from slm.data.importer import import_corpus
 
     root = tmp_path_factory.mktemp("mini")
 
@@ -334,3 +336,20 @@ class WorkerKiller:
                 workers[-1].send_signal(signal.SIGKILL)
                 self.killed.append(workers[-1].pid)
             time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def registered_example(module_name: str, path: Path, method: str):
+    """The method module at ``path`` imported (``@register`` makes it known) for the ``with`` block, then
+    removed from the registry and the method settings again."""
+    from slm.methods import registry
+    from slm.models.config import METHOD_SETTINGS
+
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass resolves its annotations through it
+    spec.loader.exec_module(module)
+    yield module
+    registry._METHODS.pop(method)
+    METHOD_SETTINGS._classes.pop(method, None)
+    sys.modules.pop(spec.name)

@@ -229,7 +229,7 @@ def test_an_import_checks_the_roles_it_keeps_before_anything_is_read(tmp_path):
     import replaces is not in question."""
     import pyarrow as pa
 
-    from slm.corpus.importer import check_import
+    from slm.data.importer import check_import
 
     corpus = tmp_path / "corpus"
     for rel in ("generic/part-0.parquet", "domains/legal/train/part-0.parquet", "domains/legal/valid/part-0.parquet"):

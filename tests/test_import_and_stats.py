@@ -13,7 +13,7 @@ import pytest
 
 from slm.config import ConfigError
 from slm.corpus import documents
-from slm.corpus.importer import CorpusImportError, import_corpus
+from slm.data.importer import CorpusImportError, import_corpus
 from slm.data import tokenizers
 from slm.data.stats import corpus_stats
 from tests.conftest import _real_texts
@@ -131,7 +131,7 @@ def test_an_error_raised_inside_ray_data_is_our_one_line(slm_cli, tmp_path):
 
 
 def test_import_inputs_are_checked_before_reading(tmp_path):
-    from slm.corpus.importer import input_files
+    from slm.data.importer import input_files
 
     with pytest.raises(CorpusImportError, match=r"nosuch.jsonl: no such file or folder"):
         input_files(str(tmp_path / "nosuch.jsonl"))
@@ -148,7 +148,7 @@ def test_import_inputs_are_checked_before_reading(tmp_path):
 
 
 def test_a_folder_of_mixed_formats_is_read_whole_and_the_rest_listed(tmp_path):
-    from slm.corpus.importer import input_files
+    from slm.data.importer import input_files
 
     folder = tmp_path / "mixed"
     (folder / "sub").mkdir(parents=True)
@@ -188,7 +188,7 @@ def test_a_huge_record_is_split_into_documents_as_the_bundled_build_splits(corpu
     are split at paragraph boundaries (documents.split_long, the bundled build's), counted per record."""
     import pyarrow as pa
 
-    from slm.corpus.importer import _normalize_batch
+    from slm.data.importer import _normalize_batch
 
     paragraphs = [t for t in _real_texts(corpus_dir, "legal", 40) if t.strip()]
     huge = "\n\n".join(paragraphs)
@@ -210,7 +210,7 @@ def test_every_json_lines_line_is_a_record_or_says_why():
     (counted), and a line that is not a record says why."""
     import io
 
-    from slm.corpus.importer import _lines, line_schema, parse_line
+    from slm.data.importer import _lines, line_schema, parse_line
 
     good = json.dumps({"text": "A sentence."}).encode()
     assert list(_lines(io.BytesIO(b"a\nbb\n\nccc"), chunk=2)) == [b"a", b"bb", b"", b"ccc"]

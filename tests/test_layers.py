@@ -1,6 +1,9 @@
 """The package's layers (docs/architecture.md): a module may import its own layer and the layers below,
-never one above. Read from the source (every import statement, function-local ones too), so the rule
-holds from now on without anyone having to remember it."""
+never one above; and the rules the docs state beside the layers: models and methods import nothing of
+``data/`` (nor of the corpus), no Ray in ``models/``, ``methods/`` or ``corpus/``, and the ground floor
+imports Ray only inside the functions that start or ask it (the quick commands never import Ray). Read
+from the source (every import statement, function-local ones too), so the rules hold from now on without
+anyone having to remember them."""
 
 from __future__ import annotations
 
@@ -40,17 +43,33 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of every slm import in the file."""
+# Beside the order: layers that must not import a lower one either, and where Ray may be imported.
+NOT_IMPORTED = {"slm.models": ["slm.data", "slm.corpus"], "slm.methods": ["slm.data", "slm.corpus"]}
+NO_RAY = ["slm.models", "slm.methods", "slm.corpus"]
+RAY_ONLY_IN_FUNCTIONS = LAYERS[0]
+
+
+def imports(path: Path, package: str = "slm", top_level: bool = False) -> list[tuple[int, str]]:
+    """(line, module) of every import of ``package`` in the file; ``top_level``: only those that run when
+    the module is imported (not inside a function)."""
+    tree = ast.parse(path.read_text(), str(path))
+    local = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for n in ast.walk(f) if n is not f} if top_level else set()
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree):
+        if id(node) in local:
+            continue
         if isinstance(node, ast.Import):
-            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("slm")]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("slm"):
+            found += [(node.lineno, a.name) for a in node.names if within(a.name, package)]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and within(node.module or "", package):
             # `from slm import methods` imports the subpackage slm.methods
-            names = [f"{node.module}.{a.name}" for a in node.names] if node.module == "slm" else [node.module]
+            names = [f"{node.module}.{a.name}" for a in node.names] if node.module == package else [node.module]
             found += [(node.lineno, n) for n in names]
     return found
+
+
+def within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
 
 
 SOURCES = sorted(PACKAGE.rglob("*.py"))
@@ -68,3 +87,28 @@ def test_no_module_imports_a_higher_layer(path: Path):
     upward = [f"line {line}: {target} (layer {layer(target)} > {mine})" for line, target in imports(path)
               if layer(target) is not None and layer(target) > mine]
     assert upward == [], f"{module_name(path)} imports a higher layer:\n" + "\n".join(upward)
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: module_name(p))
+def test_the_documented_rules_beside_the_order(path: Path):
+    """Models and methods read no data stage (a model can be read, tested and reused alone); no Ray in
+    models, methods or the corpus; the ground floor imports Ray only where a function needs it."""
+    name = module_name(path)
+    broken = [f"line {line}: {target} ({owner} imports nothing of {banned})"
+              for owner, bans in NOT_IMPORTED.items() if within(name, owner)
+              for line, target in imports(path) for banned in bans if within(target, banned)]
+    if any(within(name, owner) for owner in NO_RAY):
+        broken += [f"line {line}: {target} (no Ray in {name})" for line, target in imports(path, "ray")]
+    if any(within(name, owner) for owner in RAY_ONLY_IN_FUNCTIONS):
+        broken += [f"line {line}: {target} (the ground floor imports Ray inside functions only)"
+                   for line, target in imports(path, "ray", top_level=True)]
+    assert broken == [], f"{name}:\n" + "\n".join(broken)
+
+
+def test_the_rules_find_what_they_forbid(tmp_path):
+    """The rule checks see an import at any depth, and tell a module-level import from a function's."""
+    source = tmp_path / "m.py"
+    source.write_text("import ray.data\nfrom slm.data import pack\n\ndef f():\n    import ray\n    from slm import data\n")
+    assert imports(source, "ray") == [(1, "ray.data"), (5, "ray")]
+    assert imports(source, "ray", top_level=True) == [(1, "ray.data")]
+    assert imports(source) == [(2, "slm.data"), (6, "slm.data")]

@@ -4,9 +4,6 @@ of its own) without touching anything else."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import numpy as np
 import pytest
 import torch
@@ -14,36 +11,34 @@ import torch
 from slm import methods
 from slm.config import ConfigError, dump_yaml, from_dict
 from slm.job import load_job
-from slm.methods import registry
-from slm.models.config import METHOD_SETTINGS, ModelConfig
+from slm.models.config import ModelConfig
 from slm.models.gpt import preset
 from slm.pipeline import check_methods
 from slm.tune.plan import compared_methods
 from slm.tune.sweep import plan
-from tests.conftest import REPO
+from tests.conftest import REPO, registered_example
 
 
 @pytest.fixture
 def uniform_method():
     """The how-to's example, registered for one test and removed after it."""
-    spec = importlib.util.spec_from_file_location("uniform_method", REPO / "docs" / "examples" / "uniform_method.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # @register makes it known
-    yield methods.get("uniform")
-    registry._METHODS.pop("uniform")
+    with registered_example("uniform_method", REPO / "docs" / "examples" / "uniform_method.py", "uniform"):
+        yield methods.get("uniform")
 
 
 @pytest.fixture
 def tempered_method():
     """The how-to's example with a setting of its own, registered for one test and removed after it."""
-    spec = importlib.util.spec_from_file_location("tempered_method", REPO / "docs" / "examples" / "tempered_method.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass resolves its annotations through it
-    spec.loader.exec_module(module)
-    yield module
-    registry._METHODS.pop("tempered")
-    METHOD_SETTINGS._classes.pop("tempered")
-    sys.modules.pop(spec.name)
+    with registered_example("tempered_method", REPO / "docs" / "examples" / "tempered_method.py", "tempered") as module:
+        yield module
+
+
+@pytest.fixture
+def smoothed_method():
+    """Issue 47's method whose loss has a setting (tests/label_smoothing_method.py), registered for one test."""
+    with registered_example("label_smoothing_method", REPO / "tests" / "label_smoothing_method.py", "smoothed") as module:
+        yield module
+
 
 
 def test_every_method_builds_trains_and_serves_a_dense_gpt():
@@ -53,12 +48,12 @@ def test_every_method_builds_trains_and_serves_a_dense_gpt():
     h = [0.1, 0.2, 0.3, 0.4]
     x = torch.randint(0, gpt.vocab_size, (4, gpt.seq_len))
     for name in methods.names():
-        method = methods.get(name)
         model_config = from_dict(ModelConfig, {"mixture": {"n_experts": 4}, "projected": {"n_experts": 4},
                                                "soup": {"experts": 2, "active": 2}})
-        arch = method.architecture(gpt, model_config, 4)
+        method = methods.get(name).bind(model_config)
+        arch = method.architecture(gpt, 4)
         model = method.build(arch)
-        sampler = method.sampler(arch, torch.arange(4).repeat(8).numpy(), torch.arange(32).numpy(), 0, model_config)
+        sampler = method.sampler(arch, torch.arange(4).repeat(8).numpy(), torch.arange(32).numpy(), 0)
         rows = sampler.indices(0, 0, 1, 4)
         out = method.forward(model, x, x, torch.arange(4), sampler.context(0))
         assert out.loss is not None and torch.isfinite(out.loss) and len(rows) == 4, name
@@ -88,7 +83,7 @@ def test_a_new_method_with_its_own_setting_is_one_module(tempered_method, tmp_pa
                  "sweep.pretrain_steps=[10]", "sweep.domain_tokens=[1000]", "sweep.specialize_steps=[5]"]
     cfg = load_job(None, overrides)
     check_methods(cfg)
-    assert methods.get("tempered").settings(cfg.pretrain.model) == tempered_method.TemperedSettings(temperature=4.0)
+    assert methods.get("tempered").bind(cfg.pretrain.model).settings == tempered_method.TemperedSettings(temperature=4.0)
     assert "  model:\n    preset: cpu-small\n    depth: 0\n" in dump_yaml(cfg)
     assert "    tempered:\n      temperature: 4.0\n" in dump_yaml(cfg)  # the resolved config, as it was given
     assert load_job(None, []).pretrain.model.settings("tempered").temperature == 2.0  # its default
@@ -108,6 +103,30 @@ def test_a_new_method_with_its_own_setting_is_one_module(tempered_method, tmp_pa
         drawn = sampler.indices(0, 0, 1, 20_000)
         assert abs((coarse[drawn] == 1).mean() - small_share) < 0.01, temperature
         assert np.array_equal(drawn, tempered_method.TemperedSampler(coarse, np.arange(1000), temperature, 0).indices(0, 0, 1, 20_000))
+
+
+def test_a_method_reads_its_own_settings_in_its_forward(smoothed_method):
+    """The loss is the method's, with the run's own setting: each run binds the registered method to its
+    settings (a new object: two runs' settings never mix), and an unbound method refuses to guess."""
+    gpt = preset("tiny")
+    torch.manual_seed(0)
+    model = methods.get("generic").build(methods.dense_record(gpt))
+    x = torch.randint(0, gpt.vocab_size, (2, gpt.seq_len))
+    logits = model(x).logits.float().flatten(0, 1)
+    runs = {epsilon: methods.get("smoothed").bind(load_job(None, [f"pretrain.model.smoothed.epsilon={epsilon}"]).pretrain.model)
+            for epsilon in (0.0, 0.3)}
+    for epsilon, method in runs.items():
+        assert method.settings.epsilon == epsilon
+        loss = method.forward(model, x, x, torch.zeros(2), None).loss
+        # label smoothing by its definition: (1 − ε)·CE + ε·mean over the vocabulary of −log p
+        logp = torch.log_softmax(logits, -1)
+        expected = -(1 - epsilon) * logp.gather(-1, x.flatten()[:, None]).mean() - epsilon * logp.mean()
+        assert torch.allclose(loss, expected, atol=1e-5), (epsilon, float(loss), float(expected))
+    assert runs[0.0].forward(model, x, x, None, None).loss != runs[0.3].forward(model, x, x, None, None).loss
+    with pytest.raises(RuntimeError, match="'smoothed'.*before the method was bound"):
+        _ = methods.get("smoothed").settings
+    with pytest.raises(ConfigError, match=r"'pretrain.model.smoothed.epsilon': must be in \[0, 1\)"):
+        load_job(None, ["pretrain.model.smoothed.epsilon=1.5"])
 
 
 def test_every_registered_method_says_whether_sweeps_compare_it():

@@ -15,15 +15,13 @@ report and the config loader ask the registry, and nothing else changes. (The pl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from slm.config import ConfigError
-from slm.data.samplers import step_rng
-from slm.methods.base import Method
+from slm.methods.base import Architecture, Method
 from slm.methods.registry import register
-from slm.models.config import ModelConfig
+from slm.methods.samplers import step_rng
 
 
 @dataclass
@@ -40,7 +38,7 @@ class TemperedSettings:
 
 class TemperedSampler:
     """Rows drawn independently with weights that make cluster c's share ∝ size_c^(1/T); a function of
-    (seed, step, rank), like every sampler (``slm.data.samplers``)."""
+    (seed, step, rank), like every sampler (``slm.methods.samplers``)."""
 
     def __init__(self, coarse: np.ndarray, rows: np.ndarray, temperature: float, seed: int):
         self.rows, self.seed = np.asarray(rows), seed
@@ -73,5 +71,5 @@ class Tempered(Method):
     swept_by_default = False  # a control: compared when a sweep names it
     Settings = TemperedSettings
 
-    def sampler(self, arch: dict[str, Any], coarse: np.ndarray, rows: np.ndarray, seed: int, model: ModelConfig):
-        return TemperedSampler(coarse, rows, self.settings(model).temperature, seed)
+    def sampler(self, arch: Architecture, coarse: np.ndarray, rows: np.ndarray, seed: int):
+        return TemperedSampler(coarse, rows, self.settings.temperature, seed)

@@ -74,7 +74,7 @@ def cmd_corpus_build(args) -> int:
 
 
 def cmd_corpus_import(args) -> int:
-    from slm.corpus.importer import CorpusImportError, check_import, import_corpus
+    from slm.data.importer import CorpusImportError, check_import, import_corpus
     from slm.corpus.layout import GENERIC
     from slm.runtime import init_ray, shutdown_ray
 
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
 # Our refusals: messages written for the user (a bad config, a corrupt artifact, an input that cannot be
 # imported, tables of different data, a model the command cannot take), by module and class.
 REFUSALS = (("slm.config", "ConfigError"), ("slm.artifacts", "ArtifactError"),
-            ("slm.corpus.importer", "CorpusImportError"), ("slm.export", "Refusal"),
+            ("slm.data.importer", "CorpusImportError"), ("slm.export", "Refusal"),
             ("slm.tune.report", "CombineError"))
 
 

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from slm.config import ConfigError
-from slm.corpus.importer import import_corpus
+from slm.data.importer import import_corpus
 from slm.data.cluster import assign, cluster
 from slm.data.config import ClusterConfig
 from slm.data.embed import load_embedder, normalize, resolve_dtype

@@ -93,9 +93,9 @@ def test_a_pretrained_bank_is_refused_with_what_to_do(tmp_path, slm_cli):
     from slm.methods import get, save_model
     from slm.models.config import ModelConfig
 
-    soup = get("soup")
+    soup = get("soup").bind(ModelConfig())
     arch = soup.architecture(GPTConfig(vocab_size=300, seq_len=64, n_layer=1, d_model=32, n_head=2, d_ff=64),
-                             ModelConfig(), n_clusters=4)
+                             n_clusters=4)
     model = soup.build(arch)
     save_model(model, arch, tmp_path / "model.safetensors")
     (tmp_path / "tokenizer").mkdir()

@@ -123,9 +123,9 @@ def test_bf16_autocast_compiled_step_learns_like_fp32(method):
     parameters and loss, bfloat16 logits, and the loss after 25 steps within 2% of float32 eager's. On a
     CPU without native bf16 this runs emulated (slowly, at the same numerics): the tiny model keeps it short."""
     cfg = preset("tiny")
-    m = methods.get(method)
     model_config = from_dict(ModelConfig, {"mixture": {"n_experts": 4}, "projected": {"n_experts": 4}, "soup": {"experts": 4}})
-    arch = m.architecture(cfg, model_config, 4)
+    m = methods.get(method).bind(model_config)
+    arch = m.architecture(cfg, 4)
     g = torch.Generator().manual_seed(0)
     batch = (torch.randint(0, cfg.vocab_size, (4, cfg.seq_len), generator=g),
              torch.randint(0, cfg.vocab_size, (4, cfg.seq_len), generator=g))

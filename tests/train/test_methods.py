@@ -18,7 +18,7 @@ from slm.train.budget import Progress, exhausted
 from slm.train.config import BudgetConfig
 from slm.train.objectives import KDSchedule, kd_loss, learnable_difficulty
 from slm.train.trainer import TrainingInputError, pretrain, specialize
-from tests.conftest import train_overrides
+from tests.conftest import REPO, registered_example, train_overrides
 
 pytestmark = pytest.mark.ray
 
@@ -56,6 +56,25 @@ def test_each_method_learns(pretrained, train_run, method):
     assert m["eval"]["macro"]["perplexity"] < m["eval_before"]["macro"]["perplexity"]
     assert m["cost"]["flops"] > 0 and m["cost"]["device_seconds"] > 0
     assert m["inference_flops_per_token"] > 0
+
+
+def test_a_method_setting_reaches_its_loss_in_a_training_run(train_run):
+    """Issue 47: ``pretrain.model.smoothed.epsilon`` reaches the method's forward in the training worker
+    through the method bound to the run (tests/label_smoothing_method.py). At ε = 0 the run is the generic
+    model's, loss for loss (same seed, rows and initial weights; the loss computed by another formula); at
+    ε = 0.5 it is another run."""
+    losses = {}
+    with registered_example("label_smoothing_method", REPO / "tests" / "label_smoothing_method.py", "smoothed"):
+        for name, method, epsilon in (("reference", "generic", 0.5), ("smoothed-0", "smoothed", 0.0),
+                                      ("smoothed-half", "smoothed", 0.5)):
+            cfg = job(train_run, f"pretrain.method={method}", f"pretrain.name={name}", "pretrain.train.budget.steps=12",
+                      "pretrain.train.log_every=1", "pretrain.train.batch_size=8", "pretrain.train.compile=never",
+                      f"pretrain.model.smoothed.epsilon={epsilon}")
+            pretrain(cfg)
+            losses[name] = np.array([r["loss"] for r in metrics(train_run.run.dir / "checkpoints" / name) if "loss" in r])
+    assert len(losses["reference"]) == 12
+    np.testing.assert_allclose(losses["smoothed-0"], losses["reference"], rtol=1e-4)
+    assert np.abs(losses["smoothed-half"] - losses["reference"])[1:].min() > 1e-3, losses
 
 
 def test_method_specific_costs_and_shapes(pretrained):

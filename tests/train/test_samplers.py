@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from slm.data.samplers import ClusterSampler, UniformSampler
+from slm.methods.samplers import ClusterSampler, UniformSampler
 from slm.methods.soup import MixtureSampler
 from slm.train.config import OptimConfig
 from slm.train.strategies import lr_lambda

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 
 from slm.config import ConfigError
-from slm.data.samplers import UniformSampler
+from slm.methods.samplers import UniformSampler
 from slm.models.config import ModelConfig
 from slm.models.gpt import GPT, GPTConfig, LMOutput
 
@@ -44,7 +44,13 @@ class Architecture:
 
 
 class Method:
-    """One pretraining method. Class attributes describe it; methods do what differs between methods."""
+    """One pretraining method. Class attributes describe it; methods do what differs between methods.
+
+    The registry holds one unbound instance per method, for what the class says (``per_domain``,
+    ``pretrain_set``…). A run binds it to its settings (:meth:`bind`: a new instance, nothing shared
+    between runs), and every hook of the bound method reads them as ``self.settings`` — the sampler, the
+    forward, the architecture alike (torchtitan and OLMo-core make the loss a configured component the same
+    way)."""
 
     name: ClassVar[str]  # the config name (pretrain.method, sweep.methods)
     paper_name: ClassVar[str]  # what the papers and the plots call it
@@ -69,9 +75,20 @@ class Method:
     # Its architecture record's class (``architecture`` makes one, checkpoints read one back).
     Record: ClassVar[type[Architecture]] = Architecture
 
-    def settings(self, model: ModelConfig) -> Any:
-        """This method's section of ``pretrain.model`` (an instance of ``Settings``)."""
-        return model.settings(self.name)
+    def __init__(self, settings: Any = None):
+        self._settings = settings
+
+    def bind(self, model: ModelConfig) -> Method:
+        """This method for one run: its hooks read ``model``'s section ``pretrain.model.<name>``."""
+        return type(self)(model.settings(self.name) if self.Settings is not None else None)
+
+    @property
+    def settings(self) -> Any:
+        """This run's ``pretrain.model.<name>`` (an instance of ``Settings``; None for a method without)."""
+        if self.Settings is not None and self._settings is None:
+            raise RuntimeError(f"method {self.name!r}: its settings were read before the method was bound to "
+                               "a run's (methods.get(name).bind(model))")
+        return self._settings
 
     # ---- data
 
@@ -81,12 +98,13 @@ class Method:
 
     # ---- model
 
-    def architecture(self, gpt: GPTConfig, model: ModelConfig, n_clusters: int) -> Architecture:
+    def architecture(self, gpt: GPTConfig, n_clusters: int) -> Architecture:
         """The record ``build`` reads and checkpoints carry."""
         return Architecture(self.name, gpt)
 
-    def check(self, model: ModelConfig, n_clusters: int, prefix: str) -> None:
-        """Fail with the key named when the model section cannot fit the clustering."""
+    def check(self, n_clusters: int, prefix: str) -> None:
+        """Fail with the key named (``prefix``: its settings' section) when the settings cannot fit the
+        clustering."""
 
     def build(self, arch: Architecture) -> nn.Module:
         return GPT(arch.gpt)
@@ -101,8 +119,8 @@ class Method:
 
     # ---- training
 
-    def sampler(self, arch: Architecture, coarse: np.ndarray, rows: np.ndarray, seed: int, model: ModelConfig):
-        """What picks each step's rows (``slm.data.samplers``); ``rows``: the rows it may use."""
+    def sampler(self, arch: Architecture, coarse: np.ndarray, rows: np.ndarray, seed: int):
+        """What picks each step's rows (``slm.methods.samplers``); ``rows``: the rows it may use."""
         return UniformSampler(rows, seed)
 
     def forward(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None,

@@ -15,10 +15,9 @@ import torch
 import torch.nn as nn
 
 from slm.config import ConfigError
-from slm.data.samplers import ClusterSampler
 from slm.methods.base import Architecture, Method
 from slm.methods.registry import register
-from slm.models.config import ModelConfig
+from slm.methods.samplers import ClusterSampler
 from slm.models.gpt import GPT, GPTConfig, LMOutput
 from slm.models.mixture import MixtureOfExperts
 
@@ -49,10 +48,10 @@ class ExpertMethod(Method):
 
     Record = ExpertsArchitecture
 
-    def architecture(self, gpt: GPTConfig, model: ModelConfig, n_clusters: int) -> ExpertsArchitecture:
-        return ExpertsArchitecture(self.name, gpt, self.settings(model).n_experts or n_clusters)
+    def architecture(self, gpt: GPTConfig, n_clusters: int) -> ExpertsArchitecture:
+        return ExpertsArchitecture(self.name, gpt, self.settings.n_experts or n_clusters)
 
-    def sampler(self, arch: ExpertsArchitecture, coarse: np.ndarray, rows: np.ndarray, seed: int, model: ModelConfig):
+    def sampler(self, arch: ExpertsArchitecture, coarse: np.ndarray, rows: np.ndarray, seed: int):
         return ClusterSampler(coarse, arch.n_experts, seed)
 
     def forward(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None,

@@ -12,7 +12,6 @@ import torch.nn as nn
 from slm.config import ConfigError
 from slm.methods.mixture import ExpertMethod, ExpertsArchitecture
 from slm.methods.registry import register
-from slm.models.config import ModelConfig
 from slm.models.gpt import GPTConfig
 from slm.models.projected import ProjectedNetwork
 
@@ -48,8 +47,8 @@ class Projected(ExpertMethod):
     Settings = ProjectedSettings
     Record = ProjectedArchitecture
 
-    def architecture(self, gpt: GPTConfig, model: ModelConfig, n_clusters: int) -> ProjectedArchitecture:
-        settings = self.settings(model)
+    def architecture(self, gpt: GPTConfig, n_clusters: int) -> ProjectedArchitecture:
+        settings = self.settings
         return ProjectedArchitecture(self.name, gpt, settings.n_experts or n_clusters, settings.expert_dim,
                                      settings.bank_size)
 

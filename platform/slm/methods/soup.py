@@ -12,10 +12,9 @@ import torch
 import torch.nn as nn
 
 from slm.config import ConfigError
-from slm.data.samplers import step_rng
 from slm.methods.base import Architecture, Method
 from slm.methods.registry import register
-from slm.models.config import ModelConfig
+from slm.methods.samplers import step_rng
 from slm.models.gpt import GPT, GPTConfig, LMOutput
 from slm.models.soup import DomainPrior, SoupOfExperts
 
@@ -97,14 +96,14 @@ class Soup(Method):
     Settings = SoupSettings
     Record = SoupArchitecture
 
-    def architecture(self, gpt: GPTConfig, model: ModelConfig, n_clusters: int) -> SoupArchitecture:
-        settings = self.settings(model)
+    def architecture(self, gpt: GPTConfig, n_clusters: int) -> SoupArchitecture:
+        settings = self.settings
         return SoupArchitecture(self.name, gpt, settings.experts, n_clusters, settings.experts_on)
 
-    def check(self, model: ModelConfig, n_clusters: int, prefix: str) -> None:
-        active = self.settings(model).active
+    def check(self, n_clusters: int, prefix: str) -> None:
+        active = self.settings.active
         if active > n_clusters:
-            raise ConfigError(f"config key '{prefix}{self.name}.active': {active} active domains but the "
+            raise ConfigError(f"config key '{prefix}active': {active} active domains but the "
                               f"clustering has only {n_clusters} coarse clusters")
 
     def build(self, arch: SoupArchitecture) -> nn.Module:
@@ -117,8 +116,8 @@ class Soup(Method):
         mixed = sum(p[0].numel() for p in model.experts.values())  # E_j stacked per weight
         return 6.0 * arch.n_experts * mixed
 
-    def sampler(self, arch: SoupArchitecture, coarse: np.ndarray, rows: np.ndarray, seed: int, model: ModelConfig):
-        return MixtureSampler(coarse, arch.n_domains, self.settings(model).active, seed)
+    def sampler(self, arch: SoupArchitecture, coarse: np.ndarray, rows: np.ndarray, seed: int):
+        return MixtureSampler(coarse, arch.n_domains, self.settings.active, seed)
 
     def forward(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None,
                 coarse: torch.Tensor, context: Any) -> LMOutput:

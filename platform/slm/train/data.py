@@ -1,5 +1,5 @@
 """What a training worker reads: packed sequences as memory maps (the samplers that pick its rows are in
-``slm.data.samplers`` and beside the methods that need their own).
+``slm.methods.samplers`` and beside the methods that need their own).
 
 ``materialize`` streams a packed Parquet folder (``slm data pack``) into three ``.npy`` files —
 tokens (N × (seq_len+1), uint16), coarse and leaf ids, rows in leaf order — once, on the driver,

@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 
 from slm.artifacts import atomic_write_json
-from slm.data.samplers import UniformSampler
 from slm.layout import TrainOutput
+from slm.methods.samplers import UniformSampler
 from slm.runtime import verbose
 from slm.train import callbacks as cb
 from slm.train import hardware, integrity
@@ -52,7 +52,7 @@ class TrainLoop:
 
         rows = np.load(spec.rows) if spec.rows else np.arange(len(self.data))
         self.sampler = self.module.method.sampler(self.module.trained_arch, np.asarray(self.data.coarse), rows,
-                                                  self.train.seed, spec.model)
+                                                  self.train.seed)
         self.kd_sampler: UniformSampler | None = None  # SALT-DS: the KD phase's rows
         self.valid = {d: PackedArrays.open(p) for d, p in spec.valid.items()}
         self.progress = Progress()

@@ -56,7 +56,7 @@ class TrainModule:
 
             model = lora_wrap(model, self.lora)
         model.to(device)
-        self.method = methods.get(self.trained_arch.method)
+        self.method = methods.get(self.trained_arch.method).bind(spec.model)
 
         # ---- teacher (distillation, SALT)
         teacher = spec.teacher

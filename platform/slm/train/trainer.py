@@ -202,12 +202,12 @@ def pretrain_data(cfg: TrainJob) -> Path:
 
 def pretrain(cfg: TrainJob) -> dict:
     p: PretrainConfig = cfg.pretrain
-    method = methods.get(p.method)
+    method = methods.get(p.method).bind(p.model)
     data = pretrain_data(cfg)
     seq_len = int(np.load(data / "tokens.npy", mmap_mode="r").shape[1]) - 1
     n_clusters = RunLayout.of(cfg).cluster_info()["k"] if method.clustered else 1
-    method.check(p.model, n_clusters, "pretrain.model.")
-    arch = method.architecture(gpt_config(p.model, RunLayout.of(cfg).vocab_size(), seq_len), p.model, n_clusters)
+    method.check(n_clusters, f"pretrain.model.{method.name}.")
+    arch = method.architecture(gpt_config(p.model, RunLayout.of(cfg).vocab_size(), seq_len), n_clusters)
     output = RunLayout.of(cfg).pretrained(p.run_name)
     check_precision(p.train, "pretrain", cfg)
     branched = branched_budgets(p)

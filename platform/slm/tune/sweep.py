@@ -148,7 +148,7 @@ def plan(cfg: SweepJob, check_data: bool = True) -> Plan:
         sizes=_sizes(cfg, list(dict.fromkeys([*sw.sizes, *([sw.large_size] if sw.large_size else [])]))),
         pretrain_tokens_per_step=p_train.batch_size * seq_len * max(1, p_train.num_workers),
         specialize_tokens_per_step=s_train.batch_size * seq_len * max(1, s_train.num_workers),
-        experts=methods.get(methods.SLM_MIX).settings(cfg.pretrain.model).n_experts or cfg.cluster.k,
+        experts=methods.get(methods.SLM_MIX).bind(cfg.pretrain.model).settings.n_experts or cfg.cluster.k,
         peak_flops=peak.flops, peak_flops_source=peak.source,
         decay_fraction=p_train.optim.decay_fraction if p_train.optim.schedule == "wsd" else 0.0, vocab_size=vocab)
     entropy = histogram_entropy(RunLayout.of(cfg), domains) if check_data else {}

@@ -1,7 +1,7 @@
 """`slm corpus import`: a user's own corpus (JSONL, Parquet or a folder of text files) as generic or a domain.
 
-Reading goes through Ray Data, so a path may be local, a glob, or ``s3://…`` and the import scales to
-a cluster. Documents get the same treatment as the bundled corpus: normalized text, a stable content
+Reading goes through Ray Data (as the data stages run it: ``slm.data.execution``), so a path may be
+local, a glob, or ``s3://…`` and the import scales to a cluster. Documents get the same treatment as the bundled corpus: normalized text, a stable content
 id, empty documents dropped and counted, undecodable bytes replaced and counted, domains split into
 train/valid by hash. Output is written under a temporary name and renamed into place; the corpus
 manifest records the import.
@@ -37,6 +37,7 @@ from slm.artifacts import atomic_path, read_manifest, verify, write_manifest
 from slm.corpus import documents
 from slm.corpus.build import SCHEMA
 from slm.corpus.layout import CORPUS_FILES, GENERIC, domain_dir, generic_dir
+from slm.data.execution import reproducible_execution
 
 TEXT_EXTENSIONS = ["txt", "md", "rst", "text"]
 
@@ -374,6 +375,7 @@ def replaced_prefix(role: str) -> str:
     return f"{GENERIC}/" if role == GENERIC else f"domains/{role}/"
 
 
+@reproducible_execution()  # the data stages' Ray Data settings: V1 Parquet reads, sort-based shuffle, quiet logs
 def import_corpus(
     path: str,
     corpus_dir: str | Path,
