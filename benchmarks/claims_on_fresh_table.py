@@ -18,8 +18,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "platform"))
 
+from slm.analysis.claims import Design, evaluate, markdown  # noqa: E402
 from slm.job import load_job  # noqa: E402
-from slm.tune.claims import Design, evaluate, markdown  # noqa: E402
 from slm.tune.sweep import plan  # noqa: E402
 
 

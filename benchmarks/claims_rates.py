@@ -22,8 +22,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platform"))
 
-from slm.tune import stats  # noqa: E402
-from slm.tune.claims import bounds_p  # noqa: E402
+from slm.analysis import stats  # noqa: E402
+from slm.analysis.claims import bounds_p  # noqa: E402
 
 
 def rate(events: list[bool]) -> float:

@@ -3,17 +3,17 @@
     python benchmarks/curve_coverage.py --ladder benchmarks/results/pilot_wsd --ladder benchmarks/results/ladder_ci \
         --sweep benchmarks/results/quickstart_wsd --out benchmarks/results/curve_coverage.json
 
-For every curve with at least four budgets: fit it on all but the largest budget (``slm.tune.curves``, the
+For every curve with at least four budgets: fit it on all but the largest budget (``slm.analysis.curves``, the
 rules the report and ``slm advise`` use), read the curve's 95% interval at the largest, and compare it with
 the mean measured there over the same seeds. Curves come from
 
 - ``--ladder DIR``: a pilot's parts (``seed<N>.json``, ``benchmarks/pilot.py``): each domain's valid loss
   and their mean, against the steps;
-- ``--sweep DIR``: a sweep's results table (``slm.tune.ladder``): each family's specialized
+- ``--sweep DIR``: a sweep's results table (``slm.analysis.ladder``): each family's specialized
   log-perplexity, against the pretraining FLOPs.
 
 Held-out points are the same seeds' (the seeds' offsets are in both the fit and the measured mean): the
-curve's interval (``Fit.loss``) is the one that claims to cover them. ``tests/tune/test_curves.py``
+curve's interval (``Fit.loss``) is the one that claims to cover them. ``tests/analysis/test_curves.py``
 measures on a known curve that it does, at 95%; this script measures it on our runs, where the curve's
 form may be wrong. It prints and writes JSON: every check, and the coverage per source.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 
 
 def ladder_curves(folder: Path) -> dict[str, list]:
-    from slm.tune import curves
+    from slm.analysis import curves
 
     parts = [json.loads(p.read_text()) for p in sorted(folder.glob("seed*.json"))]
     if not parts:
@@ -42,14 +42,14 @@ def ladder_curves(folder: Path) -> dict[str, list]:
 
 
 def sweep_curves(folder: Path) -> dict[str, list]:
-    from slm.tune import ladder
-    from slm.tune.results import read_table
+    from slm.analysis import ladder
+    from slm.tune.table import read_table
 
     return {f.name: list(f.fit.points) for f in ladder.families(read_table(folder))}
 
 
 def held_out(name: str, points: list) -> dict | None:
-    from slm.tune import curves
+    from slm.analysis import curves
 
     budgets = sorted({p.x for p in points})
     if len(budgets) < 4:

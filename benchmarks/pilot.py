@@ -21,7 +21,7 @@ by < 1% over the last doubling of its pretraining budget. The protocol, fixed he
   lr 1e-2, 200 warm-up steps, in float32 (``--precision``: the study's, the same numbers on every CPU);
 - **seeds**: each seed (training init and data order) is a part, run and committed on its own
   (``--out-dir``/seed<N>.json); ``--combine`` fits L(steps) = E + A·steps^−α through every part's
-  budgets (``slm.tune.curves``: seeds are the replication unit, bootstrap over them) and writes the
+  budgets (``slm.analysis.curves``: seeds are the replication unit, bootstrap over them) and writes the
   saturation read from the fit: the change over the last doubling with its interval, and the budget
   where it would fall under 1%.
 
@@ -224,7 +224,7 @@ def write_seed(out_dir: Path, key: tuple[str, int], job, run_dir: Path, protocol
 
 def write_cosine(args, run_dir: Path, protocol: dict, generic: dict, data_seconds: float) -> None:
     """The earlier pilots' JSON: one fresh cosine run per budget."""
-    from slm.tune.report import SATURATED
+    from slm.analysis.report import SATURATED
 
     result: dict = {"machine": machine(), "protocol": {**protocol, "saturated_below": SATURATED},
                     "data_seconds_this_run": round(data_seconds, 1), "generic_pack_seconds": generic["seconds"],
@@ -298,9 +298,9 @@ PROBE_WARMUP, PROBE_STEPS = 10, 60
 
 def combine(folder: Path) -> None:
     """Fit the seeds' ladders (every seed<N>.json of ``folder``) and write ``saturation.json`` beside them."""
+    from slm.analysis import curves
+    from slm.analysis.report import SATURATED  # the papers' precondition: < 1% over the last doubling
     from slm.artifacts import atomic_write_json
-    from slm.tune import curves
-    from slm.tune.report import SATURATED  # the papers' precondition: < 1% over the last doubling
 
     parts = [json.loads(p.read_text()) for p in sorted(folder.glob("seed*.json"))]
     if not parts:

@@ -41,7 +41,7 @@ def test_the_advice_quoted_in_the_docs_is_what_the_command_prints():
     command's output on a committed table, checked here line for line."""
     import re
 
-    from slm.tune.advise import advise_sweep, format_advice
+    from slm.analysis.advise import advise_sweep, format_advice
 
     text = (REPO / "docs" / "budgets.md").read_text()
     quoted = re.search(r"## Advice\n.*?```text\n(.*?)```", text, re.S).group(1).splitlines()

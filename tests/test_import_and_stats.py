@@ -13,8 +13,8 @@ import pytest
 
 from slm.config import ConfigError
 from slm.corpus import documents
-from slm.data.importer import CorpusImportError, import_corpus
 from slm.data import tokenizers
+from slm.data.importer import CorpusImportError, import_corpus
 from slm.data.stats import corpus_stats
 from tests.conftest import _real_texts
 

@@ -25,6 +25,7 @@ LAYERS = [
     ["slm.methods"],
     ["slm.train"],
     ["slm.tune"],
+    ["slm.analysis"],
     ["slm.job", "slm.pipeline", "slm.export", "slm.harness", "slm.cli", "slm.__main__"],
 ]
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from slm.tune.claims import Design, evaluate, markdown
-from slm.tune.report import read_plan, report_tables
-from slm.tune.results import read_curves, read_table
+from slm.analysis.claims import Design, evaluate, markdown
+from slm.analysis.report import read_plan, report_tables
+from slm.tune.table import read_curves, read_table
 
 RESULTS = Path(__file__).parents[1] / "benchmarks" / "results"
 STUDY, REPORT = RESULTS / "study", RESULTS / "study_report"

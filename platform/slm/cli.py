@@ -74,8 +74,8 @@ def cmd_corpus_build(args) -> int:
 
 
 def cmd_corpus_import(args) -> int:
-    from slm.data.importer import CorpusImportError, check_import, import_corpus
     from slm.corpus.layout import GENERIC
+    from slm.data.importer import CorpusImportError, check_import, import_corpus
     from slm.runtime import init_ray, shutdown_ray
 
     cfg = _job(args)
@@ -153,7 +153,7 @@ def cmd_sweep(args) -> int:
             written["wall_estimate"] = probe_and_estimate(cfg, p)  # beside the plan: Plan.from_json skips it
             print(format_estimate(written["wall_estimate"]))
         if args.noise_from:
-            from slm.tune.power import format_power_of, power_from
+            from slm.analysis.power import format_power_of, power_from
 
             written["power"] = power_from(args.noise_from, p)  # beside the plan, as the estimate is
             print(format_power_of(written["power"]))
@@ -166,7 +166,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from slm.tune.report import report, report_tables, sweep_folders
+    from slm.analysis.report import report, report_tables, sweep_folders
 
     paths = [*(args.sweep or []), *(args.tables or [])]
     if not paths:
@@ -181,7 +181,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_advise(args) -> int:
-    from slm.tune.advise import advise_sweep, format_advice
+    from slm.analysis.advise import advise_sweep, format_advice
 
     a = advise_sweep(args.sweep, pretrain_budget=args.pretrain_budget,
                      specialization_budget=args.specialization_budget, inference_budget=args.inference_budget,
@@ -310,7 +310,7 @@ def parser() -> argparse.ArgumentParser:
                                           "checks a study's tables against)")
     sweep.add_argument("--noise-from", metavar="TABLE",
                        help="with --dry-run: each claim's power on this plan, at the seed noise a measured sweep "
-                            "(its folder: results and plan.json) shows (slm.tune.power; a minute or so)")
+                            "(its folder: results and plan.json) shows (slm.analysis.power; a minute or so)")
     sweep.set_defaults(fn=cmd_sweep)
     rep = sub.add_parser("report", help="plots, a summary and claims.md of a sweep's results (or several sweeps')")
     rep.add_argument("sweep", nargs="*", help="a sweep folder (runs/<run>/sweeps/<name>) or its results.parquet")
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
 # imported, tables of different data, a model the command cannot take), by module and class.
 REFUSALS = (("slm.config", "ConfigError"), ("slm.artifacts", "ArtifactError"),
             ("slm.data.importer", "CorpusImportError"), ("slm.export", "Refusal"),
-            ("slm.tune.report", "CombineError"))
+            ("slm.analysis.report", "CombineError"))
 
 
 def our_refusal(err: BaseException) -> BaseException | None:

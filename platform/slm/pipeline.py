@@ -222,7 +222,7 @@ def stage_sweep(cfg: JobConfig, run_dir: Path) -> dict:
 
 def stage_report(cfg: JobConfig, run_dir: Path) -> dict:
     """The sweep's frontier plots and Markdown summary, under its folder's report/."""
-    from slm.tune.report import report
+    from slm.analysis.report import report
     from slm.tune.sweep import sweep_dir
 
     result = report(sweep_dir(cfg))

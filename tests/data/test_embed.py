@@ -283,9 +283,9 @@ def test_outputs_of_other_inputs_or_fractions_are_never_reused(mini_corpus_dir, 
     """Reuse is keyed shard by shard by what made it. Three ways an output went stale: (1) a run with
     another embed.fraction interrupted before its manifest, (2) generic re-imported with --replace,
     (3) a new domain embedded into the same output — after which the clusters are made again."""
-    from slm.data.importer import import_corpus
     from slm.data.cluster import cluster
     from slm.data.config import ClusterConfig
+    from slm.data.importer import import_corpus
 
     corpus, out = tmp_path / "corpus", tmp_path / "emb"
     texts = pq.read_table(corpus_files(mini_corpus_dir)["all"], columns=["text"]).column("text").to_pylist()

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from slm.config import ConfigError
-from slm.data.importer import import_corpus
 from slm.data.cluster import assign, cluster
 from slm.data.config import ClusterConfig
 from slm.data.embed import load_embedder, normalize, resolve_dtype
+from slm.data.importer import import_corpus
 from slm.data.pinned import CENTROIDS_KEY, HEADER_KEY, Pinned, cluster_pinned, content_keys, write_pinned
 from tests.conftest import embed_config_for_tests
 

@@ -153,7 +153,8 @@ def test_slm_eval_puts_the_harness_numbers_into_a_sweeps_table(run_with_model, c
     real checkpoints)."""
     import shutil
 
-    from slm.tune.results import COLUMNS, aggregate, read_table, write_table
+    from slm.analysis.results import aggregate
+    from slm.tune.table import COLUMNS, read_table, write_table
 
     run, _ = run_with_model
     sweep = run / "sweeps" / "s"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pyarrow.csv as pacsv
 
-from slm.tune.results import write_mlflow
-from tests.tune.test_report_tables import SOURCE
+from slm.tune.table import write_mlflow
+from tests.analysis.test_report_tables import SOURCE
 
 
 def test_each_trial_is_one_run_with_its_setting_and_metrics_and_a_rerun_adds_none(tmp_path):

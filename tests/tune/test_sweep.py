@@ -18,14 +18,14 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from slm.analysis.advise import advise, format_advice
+from slm.analysis.report import markdown, near_front, pareto
+from slm.analysis.results import MEANS, aggregate
 from slm.artifacts import atomic_write_text
 from slm.config import ConfigError, dump_yaml
 from slm.job import load_job
 from slm.layout import RunLayout
-from slm.tune.advise import advise, format_advice
 from slm.tune.plan import PretrainRun, Trial
-from slm.tune.report import markdown, near_front, pareto
-from slm.tune.results import MEANS, aggregate
 from slm.tune.sweep import SweepSpecError, plan
 from tests.conftest import REPO, noise, train_overrides
 
@@ -267,7 +267,9 @@ def test_seeds_fold_into_means_with_intervals_and_ties_are_called():
     assert "12 specialized models: 4 settings, up to 3 seed(s)" in summary and "| b | 305 | 25.00 [22.52, 27.48] (n=3) |" in summary
     assert "| SLM-is (CRISP) (`importance`) | d2 |" in summary  # the plots' names, the config's beside
     assert "Plots: `pretrain_cost.png`." in summary  # only what was written
-    from slm.tune.report import caption  # what every plot's points and error bars are, and what the axes omit
+    from slm.analysis.report import (
+        caption,  # what every plot's points and error bars are, and what the axes omit
+    )
 
     assert caption(list(settings.values())) == (
         "Each point a setting: mean over up to 3 seeds, error bars its 95% t interval. Served size d2 (0.00M params), "
@@ -281,7 +283,7 @@ def test_the_table_is_a_tensorboard_hparams_experiment(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    from slm.tune.results import write_hparams
+    from slm.tune.table import write_hparams
 
     rows = [{**r, "perplexity_before": 100.0, "specialize_flops": 1.0, "pretrain_flops": 2.0} for r in trials(ROWS, seed=0)]
     for _ in range(2):

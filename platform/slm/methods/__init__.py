@@ -16,7 +16,7 @@ from slm.models.gpt import GPTConfig
 BASELINE = dense.Generic.name
 
 
-# The methods the seed papers' claims are about (``slm.tune.claims`` and the sweep's claim experiments).
+# The methods the seed papers' claims are about (``slm.analysis.claims`` and the sweep's claim experiments).
 SLM_IS, SLM_MIX, SLM_PN, SOUP = dense.Importance.name, mixture.Mixture.name, projected.Projected.name, soup.Soup.name
 DISTILLED = dense.DISTILLED
 

@@ -15,7 +15,7 @@ students (``distill``, a second wave of trials) and every SLM-mix expert (``all_
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Literal
 
 from slm import methods
@@ -67,27 +67,46 @@ class PretrainRun:
 
 
 @dataclass(frozen=True)
-class Trial:
-    """One specialization: the snapshot of run ``source`` at ``pretrain_steps``, on ``domain_tokens`` of
-    ``domain``'s data for ``specialize_steps``. ``setting`` is its name without the seed: the seeds of
-    one setting are averaged."""
+class Setting:
+    """What a trial measures, without its seed: the seeds of one setting are averaged. Its fields are the
+    results table's setting columns and the axes the claims and the report select by, under the same
+    names — the pretraining budget is ``pretrain_steps`` from the spec (``sweep.pretrain_steps``) to the
+    claims."""
 
-    source: str
+    setting: str  # its name
     method: str
     size: str
     pretrain_steps: int
     domain: str
     domain_tokens: int
     specialize_steps: int
-    seed: int | None
-    setting: str
-    name: str
     role: TrialRole
     expert: int | None = None  # C6: the SLM-mix expert fine-tuned
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trial(Setting):
+    """One specialization: setting ``setting`` at ``seed`` — the snapshot of run ``source`` at
+    ``pretrain_steps``, on ``domain_tokens`` of ``domain``'s data for ``specialize_steps``. The sweep hands
+    Tune its name and gives the trial function this object (``slm.tune.sweep``); its row of the results
+    table is its fields and what it measured (``slm.tune.table.row``)."""
+
+    seed: int | None
+    name: str
+    source: str
     teacher: str | None = None  # distillation: the trial (wave 1) whose specialized model teaches
     teacher_run: str | None = None  # the pretraining run that teacher started from
     wave: int = 1
     flops: float = 0.0
+
+    def as_setting(self) -> Setting:
+        return Setting(**{f.name: getattr(self, f.name) for f in fields(Setting)})
+
+
+# plan.json's key order for a trial, as plans were written before ``Setting``: a plan read and written
+# again (``slm report --tables`` combining parts) keeps its bytes.
+TRIAL_JSON = ("source", "method", "size", "pretrain_steps", "domain", "domain_tokens", "specialize_steps", "seed",
+              "setting", "name", "role", "expert", "teacher", "teacher_run", "wave", "flops")
 
 
 @dataclass(frozen=True)
@@ -130,7 +149,7 @@ class Plan:
     # a study combined from several sweeps (`slm report --tables`): their folders, relative to the one they share
     parts: tuple[str, ...] = ()
     # the tokenizer's vocabulary: a model no better than a uniform guess over it (perplexity ≥ it) has
-    # diverged (slm.tune.claims). 0 in plans written before issue 45, which do not record it.
+    # diverged (slm.analysis.claims). 0 in plans written before issue 45, which do not record it.
     vocab_size: int = 0
 
     def run(self, name: str) -> PretrainRun:
@@ -142,6 +161,7 @@ class Plan:
 
     def to_json(self) -> dict:
         d = asdict(self)
+        d["trials"] = [{k: t[k] for k in TRIAL_JSON} for t in d["trials"]]
         if not d["vocab_size"]:  # a plan from before issue 45 is written back as it was read
             del d["vocab_size"]
         return d
@@ -281,8 +301,8 @@ def make_plan(sw: SweepConfig, inputs: PlanInputs, histogram_entropy: dict[str, 
                             for tokens in all_tokens:
                                 for k in all_k:
                                     setting = f"{base}{'' if domain else on(d)}-p{steps}-t{tokens}-s{k}"
-                                    plan.trial(Trial(source, method, size, steps, d, tokens, k, seed, setting,
-                                                     setting + seed_suffix(seed), "grid"))
+                                    plan.trial(Trial(setting, method, size, steps, d, tokens, k, "grid",
+                                                     seed=seed, name=setting + seed_suffix(seed), source=source))
     student = pretrain_name(methods.BASELINE, small, None)
     # The large model is trained only for what reads it: distillation's teachers (and C1's large model) or
     # SALT's baseline (C5). Issue 46: without either it was trained for every seed and read by nothing.
@@ -305,13 +325,14 @@ def make_plan(sw: SweepConfig, inputs: PlanInputs, histogram_entropy: dict[str, 
                     for tokens in all_tokens:
                         for k in all_k:
                             teacher = f"{teacher_base}-{cell(d, large_steps, tokens, k)}"
-                            plan.trial(Trial(teacher_base + seed_suffix(seed), methods.BASELINE, large, large_steps,
-                                             d, tokens, k, seed, teacher, teacher + seed_suffix(seed), "teacher"))
+                            plan.trial(Trial(teacher, methods.BASELINE, large, large_steps, d, tokens, k, "teacher",
+                                             seed=seed, name=teacher + seed_suffix(seed),
+                                             source=teacher_base + seed_suffix(seed)))
                             start = sw.distill_steps or longest
                             setting = f"{methods.DISTILLED}-{small}-from-{large}-{cell(d, start, tokens, k)}"
-                            plan.trial(Trial(student + seed_suffix(seed), methods.DISTILLED, small, start, d, tokens,
-                                             k, seed, setting, setting + seed_suffix(seed), "distill",
-                                             teacher=teacher + seed_suffix(seed),
+                            plan.trial(Trial(setting, methods.DISTILLED, small, start, d, tokens, k, "distill",
+                                             seed=seed, name=setting + seed_suffix(seed),
+                                             source=student + seed_suffix(seed), teacher=teacher + seed_suffix(seed),
                                              teacher_run=teacher_base + seed_suffix(seed), wave=2))
     if sw.all_experts:
         base = pretrain_name(methods.SLM_MIX, small, None)
@@ -319,8 +340,8 @@ def make_plan(sw: SweepConfig, inputs: PlanInputs, histogram_entropy: dict[str, 
             for d in domains:
                 for e in range(inputs.experts):
                     setting = f"{base}-{cell(d, longest, all_tokens[0], all_k[0])}-e{e}"
-                    plan.trial(Trial(base + seed_suffix(seed), methods.SLM_MIX, small, longest, d, all_tokens[0],
-                                     all_k[0], seed, setting, setting + seed_suffix(seed), "experts", expert=e))
+                    plan.trial(Trial(setting, methods.SLM_MIX, small, longest, d, all_tokens[0], all_k[0], "experts",
+                                     e, seed=seed, name=setting + seed_suffix(seed), source=base + seed_suffix(seed)))
     # A teacher trains before its student: SALT's runs after the grid's.
     runs = tuple(sorted(plan.runs, key=lambda r: r.teacher is not None))
     trials = tuple(plan.trials)

@@ -74,7 +74,7 @@ from slm.tune.plan import (
     format_plan,
     make_plan,
 )
-from slm.tune.results import row, write_curves, write_hparams, write_mlflow, write_table
+from slm.tune.table import row, write_curves, write_hparams, write_mlflow, write_table
 
 
 def sweep_dir(cfg: SweepJob) -> Path:
@@ -256,12 +256,13 @@ def teacher_output(cfg: SweepJob, t: Trial) -> TrainOutput:
     return RunLayout.of(cfg).specialized(t.domain, t.teacher)
 
 
-def specialize_trial(config: dict, job: SweepJob, runs: dict[str, PretrainRun], trials_log: str) -> None:
-    """The Tune function trainable: one specialization of one snapshot. Tune's search space is the trial
-    alone (as a dict: Tune flattens it into its columns); the job and the plan's runs come through
-    ``tune.with_parameters`` (Ray's object store), so that they are neither copied into every trial's
-    config nor flattened into Tune's result columns."""
-    t = Trial(**config["trial"])
+def specialize_trial(config: dict, job: SweepJob, runs: dict[str, PretrainRun], trials: dict[str, Trial],
+                     trials_log: str) -> None:
+    """The Tune function trainable: one specialization of one snapshot. Tune's search space is the trials'
+    names; the plan's trials themselves, its runs and the job come through ``tune.with_parameters`` (Ray's
+    object store) as the typed objects the plan made, so that nothing is flattened into Tune's columns and
+    rebuilt from them."""
+    t = trials[config["trial"]]
     cfg = trial_config(job, t)
     log = Path(trials_log)
     with log.open("a") as f:  # an audit line per trial start: what a restored sweep ran again
@@ -363,22 +364,18 @@ def concurrency(cfg: SweepJob) -> int:
 def trial_name(trial) -> str:
     """A Tune trial is named after the sweep's trial (method, size, domain, budgets, seed): in the console
     table, the trial folders and the dashboard."""
-    return trial.config["trial"]["name"]
+    return trial.config["trial"]
 
 
-# What the console table shows of each trial, beside its name: the trial's budgets (its parameters,
-# known before it runs; Tune would otherwise print the whole trial dict as one column) and, once
-# reported, what it measured.
-PARAMETER_COLUMNS = {"trial/method": "method", "trial/size": "size", "trial/domain": "domain",
-                     "trial/pretrain_steps": "pretrain", "trial/domain_tokens": "domain tokens",
-                     "trial/specialize_steps": "steps", "trial/seed": "seed"}
+# What the console table shows of each trial beside its name (which says its method, size, budgets and
+# seed): once reported, what it measured.
 METRIC_COLUMNS = {"perplexity": "valid ppl", "accuracy": "top-1"}
 
 
 def trial_table() -> CLIReporter:
     """Tune's status table: every 5 minutes (Tune's own is every 5 s), 10 rows; between tables each trial's
     end is one line (``TrialEvents``)."""
-    return CLIReporter(parameter_columns=PARAMETER_COLUMNS, metric_columns=METRIC_COLUMNS, sort_by_metric=False,
+    return CLIReporter(parameter_columns=[], metric_columns=METRIC_COLUMNS, sort_by_metric=False,
                        max_report_frequency=300, max_progress_rows=10)
 
 
@@ -395,19 +392,19 @@ def run_wave(cfg: SweepJob, trials: list[Trial], wave: int, runs: dict[str, Pret
         return list(rows.values()), []
     storage = cfg.sweep.storage_path or str((out / "tune").resolve())
     trainable = ray.tune.with_resources(
-        ray.tune.with_parameters(specialize_trial, job=cfg, runs=runs, trials_log=str((out / "trials.log").resolve())),
+        ray.tune.with_parameters(specialize_trial, job=cfg, runs=runs, trials={t.name: t for t in pending},
+                                 trials_log=str((out / "trials.log").resolve())),
         trial_resources(cfg.specialize.train))
-    space = [asdict(t) for t in pending]
     # One Tune experiment per invocation and set of trials to run: a rerun after an interruption makes a
     # new one for the trials still missing (never Tune's restore), and leaves the earlier one as it was.
-    digest = config_hash({"trials": space, "specialize": cfg.specialize})[:8]
+    digest = config_hash({"trials": [asdict(t) for t in pending], "specialize": cfg.specialize})[:8]
     name = f"{cfg.sweep.name}-w{wave}-{digest}-{time.strftime('%Y%m%d-%H%M%S')}"
     scheduler = None
     if cfg.sweep.scheduler == "asha":
         scheduler = ASHAScheduler(time_attr="step", max_t=max(cfg.sweep.specialize_steps), grace_period=1)
     tuner = Tuner(
         trainable,
-        param_space={"trial": ray.tune.grid_search(space)},
+        param_space={"trial": ray.tune.grid_search([t.name for t in pending])},
         # Trials that train in their own process reuse it for the next trial: no new Python, torch
         # and slm imports per trial (a few seconds each, against trials of a few seconds).
         tune_config=TuneConfig(metric="loss" if scheduler else None, mode="min" if scheduler else None,

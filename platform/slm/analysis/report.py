@@ -1,6 +1,6 @@
 """`slm report SWEEP`: the frontier plots (Plan-Early's figures) and a Markdown summary of a sweep.
 
-Everything is computed on settings — a sweep's trials folded over their seeds (``slm.tune.results``):
+Everything is computed on settings — a sweep's trials folded over their seeds (``slm.analysis.results``):
 each point is a setting's mean perplexity with error bars of its 95% t interval over seeds. Plots (PNG,
 matplotlib): a panel per domain (and per size or data size), specialized valid perplexity on a log y
 axis (lower is better), a colour per method (its paper name in the legend), a marker per in-domain data
@@ -18,7 +18,7 @@ paired where the seed pairs the data, Welch's t otherwise) ringed in grey; one l
   seeds as lines), from the sweep's ``curves.parquet``; ``summary.md`` says whether the generic model of
   the small size saturated (``saturation``).
 
-Beside them: ``summary.md``, ``claims.md`` (``slm.tune.claims``) and ``report.html`` (``slm.tune.page``:
+Beside them: ``summary.md``, ``claims.md`` (``slm.analysis.claims``) and ``report.html`` (``slm.analysis.page``:
 all of it, with the advice at the sweep's budgets, in one offline page).
 """
 
@@ -34,25 +34,15 @@ from pathlib import Path
 import numpy as np
 
 from slm import methods
+from slm.analysis import curves as fits
+from slm.analysis import ladder
+from slm.analysis.claims import Design, write_claims
+from slm.analysis.page import page
+from slm.analysis.results import aggregate, compare, menu, ppl, total_flops
+from slm.analysis.stats import half_width, mean_interval, separable
 from slm.artifacts import atomic_path, atomic_write_json, atomic_write_text
-from slm.tune import curves as fits
-from slm.tune import ladder
-from slm.tune.claims import Design, write_claims
-from slm.tune.page import page
 from slm.tune.plan import DataFingerprint, Plan, seed_suffix
-from slm.tune.results import (
-    aggregate,
-    compare,
-    finite,
-    menu,
-    ppl,
-    read_curves,
-    read_table,
-    total_flops,
-    write_curve_rows,
-    write_table,
-)
-from slm.tune.stats import half_width, mean_interval, separable
+from slm.tune.table import finite, read_curves, read_table, write_curve_rows, write_table
 
 SATURATED = 0.01  # the study's bar: the valid loss changes by < 1% over the last doubling (docs/results.md)
 

@@ -13,15 +13,13 @@ import math
 import numpy as np
 import pytest
 
-from slm.job import load_job
-from slm.tune import claims as claims_module
-from slm.tune import stats
-from slm.tune.claims import (
+from slm.analysis import claims as claims_module
+from slm.analysis import stats
+from slm.analysis.claims import (
     MARGIN,
     SALT_STEPS_SHARE,
     Design,
     Measured,
-    Planned,
     evaluate,
     judge,
     markdown,
@@ -29,7 +27,9 @@ from slm.tune.claims import (
     settle,
     write_claims,
 )
-from slm.tune.results import MEANS
+from slm.analysis.results import MEANS
+from slm.job import load_job
+from slm.tune.plan import Setting
 from slm.tune.sweep import plan
 
 PRETRAIN = [100, 300, 500]  # 300 = 0.6 × 500: C3's reach is planned
@@ -54,7 +54,7 @@ def the_plan(tmp_path_factory) -> dict:
     return study_plan(tmp_path_factory.mktemp("plan"))
 
 
-def holding(p: Planned) -> tuple[float, float]:
+def holding(p: Setting) -> tuple[float, float]:
     """(perplexity, perplexity before specialization) of a world where C1–C4 and C6 hold by wide margins."""
     level = 60.0 - 10 * PRETRAIN.index(p.pretrain_steps)
     if p.role == "teacher":
@@ -72,7 +72,7 @@ def holding(p: Planned) -> tuple[float, float]:
     return after, before.get(p.method, 100.0)
 
 
-def cost(p: Planned) -> tuple[float, float]:
+def cost(p: Setting) -> tuple[float, float]:
     """(generic FLOPs, per-domain FLOPs), as the table's rows carry them; a student pays its teacher's (here
     200: the student at 100 steps costs 340 or 460, and mixture and projected at 500 steps match it)."""
     generic = p.pretrain_steps * PARAMS[p.size]
@@ -328,7 +328,7 @@ def test_c5_interpolates_between_evaluations_and_tests_against_the_papers_bound(
 
 def test_c3_is_tested_at_the_budget_it_names(tmp_path):
     other = study_plan(tmp_path, "sweep.pretrain_steps=[100, 250, 500]")  # 0.5×, not 0.6×
-    c3 = claims_of(other, table(other, lambda p: holding(Planned(**{**p.__dict__, "pretrain_steps": {
+    c3 = claims_of(other, table(other, lambda p: holding(Setting(**{**p.__dict__, "pretrain_steps": {
         100: 100, 250: 300, 500: 500}[p.pretrain_steps]}))))["C3"]
     assert c3.verdict == "inconclusive" and "no pretraining budget at 0.6× the largest (300 steps" in c3.untested[0]
 
@@ -481,8 +481,8 @@ def test_advise_and_the_report_use_the_same_test():
     """Issue 46: the same pair was a "tie" in the advice (Welch's t) and "holds" in claims.md (paired t). Where
     the seed pairs two settings' data (one domain, data size and specialization budget), both use the paired
     t; across cells, both use Welch's."""
-    from slm.tune.advise import advise
-    from slm.tune.results import aggregate, compare
+    from slm.analysis.advise import advise
+    from slm.analysis.results import aggregate, compare
 
     def rows(setting, method, values, tokens=100):
         return [{**dict.fromkeys(MEANS, 0.0), "method": method, "size": "d1", "expert": None, "params": 1.0,

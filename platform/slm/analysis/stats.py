@@ -13,7 +13,7 @@ seeds. Its 95% confidence interval comes from a t distribution:
 
 With 3 seeds the critical values are 4.30 (paired, 2 df) and about 2.78 (Welch, ~4 df), not the normal
 1.96 or the rule of thumb 2: a ``|d| ≥ 2·se`` rule calls a true zero difference separable about 11% of
-the time at 3 seeds (``tests/tune/test_stats.py`` measures it).
+the time at 3 seeds (``tests/analysis/test_claims.py`` measures it).
 
 Every test here reads one interval, so every verdict can be read off the interval shown beside it:
 ``p_above(bound)`` is the smallest α at which the (1 − α) interval lies wholly above ``bound`` (twice the

@@ -11,7 +11,7 @@ fit through every point; its uncertainty comes from the same fit through each se
 quantity q read off a curve (the loss at a budget, the change over a doubling, where two curves cross),
 the interval is q(all) ± t(n−1)·sd(q per seed)/√n. With three seeds t(2) = 4.30: wide, as it should be
 (a percentile bootstrap over three seeds has ten distinct resamples and covers far less than it says;
-``tests/tune/test_curves.py`` measures the coverage of this rule on a known curve).
+``tests/analysis/test_curves.py`` measures the coverage of this rule on a known curve).
 
 **Identification.** Three parameters need at least four distinct budgets, a fit whose E and α are off
 their bounds and, with several seeds, an E whose interval across seeds excludes 0; otherwise the

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slm.tune.power import design_power, measured_noise
-from tests.tune.test_claims import holding, study_plan, table
+from slm.analysis.power import design_power, measured_noise
+from tests.analysis.test_claims import holding, study_plan, table
 
 REPO = Path(__file__).parents[2]
 

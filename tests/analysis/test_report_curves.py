@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from slm.tune.report import SATURATED, report, saturation
-from slm.tune.results import SWEEP_TABLES, read_curves
-from tests.tune.test_report_tables import RESULTS_STUDY, part
+from slm.analysis.report import SATURATED, report, saturation
+from slm.tune.table import SWEEP_TABLES, read_curves
+from tests.analysis.test_report_tables import RESULTS_STUDY, part
 
 
 def curve(run: str, seed: int, losses: dict[int, float], method: str = "generic", size: str = "d1") -> list[dict]:

@@ -1,4 +1,4 @@
-"""Loss-vs-budget curves (``slm.tune.curves``) on a known curve with known noise: the fit recovers it, says
+"""Loss-vs-budget curves (``slm.analysis.curves``) on a known curve with known noise: the fit recovers it, says
 when it is not identified, and its intervals cover at their stated rate (a simulation: seeds share an
 offset across budgets, as a WSD trunk's branches do, and each point has its own noise)."""
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from slm.tune import curves
+from slm.analysis import curves
 
 TRUE = curves.Params(E=3.0, A=1.5, alpha=0.5, x0=2000.0)
 LADDER = [500, 1000, 2000, 4000, 8000, 16000]

@@ -10,7 +10,7 @@ The protocol, fixed before any study outcome is looked at (docs/budgets.md, "The
   (the worst a model can be said to score), so the test and Holm's adjustment weigh it like any seed,
   and ``claims.md`` lists it to be rerun or reported (issue 45: a divergence used to decide its
   comparison outside the test).
-- **Each comparison is a t test at 95%** (``slm.tune.stats``): the difference ``b − a`` of the measure
+- **Each comparison is a t test at 95%** (``slm.analysis.stats``): the difference ``b − a`` of the measure
   (lower is better; positive when a is better) with its 95% interval — a paired t over seeds where the
   seed pairs the data (two specializations of one domain at one seed read the same in-domain subset in
   the same order), Welch's t where it does not (before specialization: different pretraining runs), a
@@ -34,8 +34,8 @@ computed with): C2's second arm is the growth of the advantage with the budget, 
 design could not meet; C4 compares at matched compute (the rival at a budget costing at least the student);
 a failed run counts in the test; ``claims.md`` names the rows behind the refutations of more than one claim.
 
-``tests/tune/test_claims.py`` simulates tables of known effects and measures each rule's error rates;
-``slm.tune.power`` gives a design's power per claim from the noise of a measured table.
+``tests/analysis/test_claims.py`` simulates tables of known effects and measures each rule's error rates;
+``slm.analysis.power`` gives a design's power per claim from the noise of a measured table.
 """
 
 from __future__ import annotations
@@ -47,12 +47,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from slm.analysis import stats
+from slm.analysis.results import total_flops
+from slm.analysis.stats import ALPHA, Difference
 from slm.artifacts import atomic_write_text
 from slm.methods import BASELINE, SLM_IS, SLM_MIX, SLM_PN, SOUP
-from slm.tune import stats
-from slm.tune.plan import Plan, seed_suffix
-from slm.tune.results import total_flops
-from slm.tune.stats import ALPHA, Difference
+from slm.tune.plan import Plan, Setting, seed_suffix
 
 Expectation = Literal["lower", "not lower", "not higher", "tie"]
 Verdict = Literal["holds", "does not hold", "inconclusive"]
@@ -75,21 +75,6 @@ SALT_STEPS_SHARE = 0.7
 
 
 @dataclass(frozen=True)
-class Planned:
-    """One setting the plan measures at every seed (a plan trial without its seed)."""
-
-    setting: str
-    method: str
-    size: str
-    pretrain_steps: int
-    domain: str
-    domain_tokens: int
-    specialize_steps: int
-    expert: int | None
-    role: str  # grid, teacher, distill, experts
-
-
-@dataclass(frozen=True)
 class CurveRun:
     """A pretraining run whose evaluations C5 reads (``curves.parquet``)."""
 
@@ -102,7 +87,7 @@ class CurveRun:
 class Design:
     """What a sweep's plan measures. Every comparison a claim makes is built from here."""
 
-    settings: list[Planned]
+    settings: list[Setting]
     seeds: list[int | None]
     small: str
     large: str | None
@@ -113,24 +98,23 @@ class Design:
     @classmethod
     def of(cls, plan: Plan) -> Design:
         """From a sweep's plan (``slm.tune.plan``; its ``plan.json`` through ``Plan.from_json``)."""
-        settings: dict[str, Planned] = {}
+        settings: dict[str, Setting] = {}
         seeds: list[int | None] = []
         for t in plan.trials:
-            settings.setdefault(t.setting, Planned(t.setting, t.method, t.size, t.pretrain_steps, t.domain,
-                                                   t.domain_tokens, t.specialize_steps, t.expert, t.role))
+            settings.setdefault(t.setting, t.as_setting())
             if t.seed not in seeds:
                 seeds.append(t.seed)
         runs = [CurveRun(r.name, r.role, r.seed) for r in plan.runs if r.role in ("large", "salt")]
         return cls(list(settings.values()), sorted(seeds, key=lambda s: -1 if s is None else s), plan.small,
                    plan.large, runs, dict(plan.histogram_entropy), plan.vocab_size)
 
-    def grid(self, **where) -> list[Planned]:
+    def grid(self, **where) -> list[Setting]:
         return self.find(role="grid", **where)
 
-    def find(self, **where) -> list[Planned]:
+    def find(self, **where) -> list[Setting]:
         return [p for p in self.settings if all(getattr(p, k) == v for k, v in where.items())]
 
-    def one(self, **where) -> Planned | None:
+    def one(self, **where) -> Setting | None:
         found = self.find(**where)
         if len(found) > 1:
             raise ValueError(f"claims: {len(found)} planned settings match {where}: the plan has an axis the claim "
@@ -156,7 +140,7 @@ class Measured:
         self.rows = {(r["setting"], r["seed"]): r for r in rows}
         self.vocab_size = vocab_size
 
-    def values(self, p: Planned, measure: str, seeds: list[int | None]) -> tuple[list[float], list[str]]:
+    def values(self, p: Setting, measure: str, seeds: list[int | None]) -> tuple[list[float], list[str]]:
         """``measure`` at each planned seed, and the trials the table lacks."""
         values, missing = [], []
         for seed in seeds:
@@ -167,7 +151,7 @@ class Measured:
                 values.append(float(r[measure]))
         return values, missing
 
-    def cost(self, p: Planned, seeds: list[int | None]) -> float | None:
+    def cost(self, p: Setting, seeds: list[int | None]) -> float | None:
         """C_total for one domain (generic + per-domain FLOPs; a distilled student's includes its teacher's),
         the same at every seed; ``None`` when the table has no row of the setting."""
         found = [self.rows[(p.setting, s)] for s in seeds if (p.setting, s) in self.rows]
@@ -269,7 +253,7 @@ def missing(part: str, a: str, b: str, expected: Expectation, measure: str, rows
                       note=f"the table has no row {', '.join(rows)}")
 
 
-def compare(part: str, a: Planned, b: Planned, expected: Expectation, table: Measured, seeds: list[int | None], *,
+def compare(part: str, a: Setting, b: Setting, expected: Expectation, table: Measured, seeds: list[int | None], *,
             measure: str = "perplexity", paired: bool = True, margin: float = 0.0, group: str = "") -> Comparison:
     """Two planned settings at every planned seed."""
     va, miss_a = table.values(a, measure, seeds)
@@ -378,7 +362,7 @@ def c2(design: Design, table: Measured) -> Claim:
     return claim
 
 
-def growth(part: str, ours: dict[int, Planned], generic: dict[int, Planned], table: Measured,
+def growth(part: str, ours: dict[int, Setting], generic: dict[int, Setting], table: Measured,
            seeds: list[int | None], group: str) -> Comparison:
     """C2's second arm: per seed, a method's perplexity over generic's at the largest budget (a) against the
     same ratio at the smallest (b), "lower", paired over seeds (a seed's budgets are one run's snapshots or
@@ -634,7 +618,7 @@ def _row(c: Comparison) -> str:
 
 def markdown(claims: list[Claim], design: Design | None = None) -> str:
     lines = ["# Claims", "",
-             "Each claim of the seed papers, evaluated from this sweep's results table and plan by `slm.tune.claims` "
+             "Each claim of the seed papers, evaluated from this sweep's results table and plan by `slm.analysis.claims` "
              "(docs/budgets.md, \"The claims check\", says how to read it). Each side is its mean over seeds with the "
              "95% interval of that mean, [low, high] (the convention of every table); `b − a` is positive when a is lower (better), with its 95% interval; `p holds` is the "
              "evidence for the expectation (< 0.05: the interval clears its bound), `p refutes` the evidence "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from slm.tune.report import _distinct_ticks, _log_y, _pyplot
+from slm.analysis.report import _distinct_ticks, _log_y, _pyplot
 
 
 def labels_inside(ys: list[float]) -> list[str]:

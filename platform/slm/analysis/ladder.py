@@ -2,7 +2,7 @@
 beyond the measured budgets: the loss at a user's exact budgets, and where two methods' curves cross.
 
 A **family** is a setting without its pretraining budget — method, size, domain, in-domain tokens,
-specialization steps — measured at several pretraining budgets and seeds. Its curve (``slm.tune.curves``)
+specialization steps — measured at several pretraining budgets and seeds. Its curve (``slm.analysis.curves``)
 is the specialized model's log-perplexity against the pretraining FLOPs. Only fully trained budgets make
 a curve worth fitting: snapshots of one cosine run are not models anyone would train at that budget
 (``pretrain.train.optim.schedule: wsd`` trains each budget fully, docs/budgets.md).
@@ -14,8 +14,9 @@ import math
 from dataclasses import dataclass
 
 from slm import methods
-from slm.tune import curves
-from slm.tune.results import finite, menu
+from slm.analysis import curves
+from slm.analysis.results import menu
+from slm.tune.table import finite
 
 FAMILY = ("method", "size", "domain", "domain_tokens", "specialize_steps")
 

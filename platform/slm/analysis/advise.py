@@ -11,15 +11,15 @@ A row is admissible when, for N domains,
 and the answer is the admissible setting of lowest mean specialized perplexity over its seeds, exact
 ties broken by C_total(N) = C_generic + N·C_specialization. Every other method and size is then held
 against it at its own best admissible setting, with the difference's 95% interval (a paired t over the
-seeds where the seed pairs their data, Welch's t otherwise: ``slm.tune.results.compare``): those within
+seeds where the seed pairs their data, Welch's t otherwise: ``slm.analysis.results.compare``): those within
 noise of the answer form **the tie**, named first; **the margin** is over the best setting outside it; the
 rest are listed with their gap. With one seed per setting no difference has an error and the advice says
-the spread is unknown (``slm.tune.results``).
+the spread is unknown (``slm.analysis.results``).
 Budgets are in FLOPs (or device-seconds with ``unit="device_seconds"``). The measured answer extrapolates
 nothing: a request beyond every measured row is answered with the best measured row and a plain statement
 that the request lies outside the sweep.
 
-Beside it, **the curves' answer** (``slm.tune.ladder``, FLOPs only): each family's fitted loss-vs-pretraining
+Beside it, **the curves' answer** (``slm.analysis.ladder``, FLOPs only): each family's fitted loss-vs-pretraining
 curve read at exactly the pretraining the budgets allow it, with its 95% interval across seeds, labelled an
 extrapolation when that lies outside the budgets the family was measured at; the margin to the best other
 method or size, paired by seed; and where each pair of methods' curves cross (or that they do not).
@@ -30,10 +30,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from slm.analysis import ladder
+from slm.analysis.results import aggregate, compare, menu, ppl
+from slm.analysis.stats import separable
 from slm.methods import display
-from slm.tune import ladder
-from slm.tune.results import aggregate, compare, menu, ppl, read_table
-from slm.tune.stats import separable
+from slm.tune.table import read_table
 
 
 def _cost(r: dict, what: str, unit: str) -> float:

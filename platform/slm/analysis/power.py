@@ -1,7 +1,7 @@
 """A design's power per claim, before it runs: ``slm sweep SPEC --dry-run --noise-from TABLE``.
 
 The noise comes from a table a sweep already measured (its folder: ``results.parquet`` and ``plan.json``):
-its claims are evaluated by the current rules (``slm.tune.claims``) and each comparison's interval gives
+its claims are evaluated by the current rules (``slm.analysis.claims``) and each comparison's interval gives
 the **noise of one seed's difference**, relative to b's mean: ``se·√n / b`` (for a paired t, the spread of
 the per-seed differences; for Welch's t with n seeds a side, that of one seed's a − b). A claim's noise
 is the median of its comparisons' of the same measure and expectation (C2's two arms differ), so a
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from slm.tune import stats
-from slm.tune.claims import Claim, Comparison, Design, evaluate, judge, settle
+from slm.analysis import stats
+from slm.analysis.claims import Claim, Comparison, Design, evaluate, judge, settle
 from slm.tune.plan import Plan
 
 TARGET = 0.8  # the power a design is sized for
@@ -176,8 +176,8 @@ def format_power_of(result: dict) -> str:
 
 def power_from(table_folder: str | Path, plan: Plan, tables: int = 400) -> dict:
     """``--noise-from TABLE``: the noise of the sweep folder ``TABLE`` (results and plan), the power of ``plan``."""
-    from slm.tune.report import read_plan
-    from slm.tune.results import read_curves, read_table
+    from slm.analysis.report import read_plan
+    from slm.tune.table import read_curves, read_table
 
     folder = Path(table_folder)
     noises = measured_noise(read_table(folder), read_plan(folder), read_curves(folder))

@@ -1,7 +1,7 @@
 """``report.html``: a sweep's report as one offline page that a reader understands without the code.
 
 It holds what ``slm report`` writes beside it, in the order a reader asks: what the numbers are, which
-method to build at each measured budget (``slm.tune.advise`` on the sweep's own budget levels), the
+method to build at each measured budget (``slm.analysis.advise`` on the sweep's own budget levels), the
 figures (embedded, so the file travels alone), every setting with its 95% interval, and the claims check
 (claims.md, rendered). No script, no network: it opens from a mail attachment or a CI artifact.
 """
@@ -16,11 +16,12 @@ from pathlib import Path
 from markdown_it import MarkdownIt
 
 from slm import methods
+from slm.analysis.advise import advise
+from slm.analysis.results import total_flops
+from slm.analysis.stats import half_width
 from slm.artifacts import atomic_write_text
-from slm.tune.advise import advise
 from slm.tune.plan import Plan
-from slm.tune.results import finite, total_flops
-from slm.tune.stats import half_width
+from slm.tune.table import finite
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }

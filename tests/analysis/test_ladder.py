@@ -1,4 +1,4 @@
-"""Advice and crossings from fitted curves (``slm.tune.ladder``, ``slm advise``'s curve section, the report's
+"""Advice and crossings from fitted curves (``slm.analysis.ladder``, ``slm advise``'s curve section, the report's
 fitted_curves.png): on a results table simulated from known curves (seeds share an offset, each point its
 own noise), and on the study's committed table."""
 
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from scipy.optimize import brentq
 
-from slm.tune import curves, ladder
-from slm.tune.advise import advise, format_advice
-from slm.tune.report import _fitted_figure, curve_lines
-from slm.tune.results import read_table
+from slm.analysis import curves, ladder
+from slm.analysis.advise import advise, format_advice
+from slm.analysis.report import _fitted_figure, curve_lines
+from slm.tune.table import read_table
 
 BUDGETS = [1e12, 2e12, 4e12, 8e12, 16e12, 32e12]  # pretraining FLOPs
 TRUE = {"generic": curves.Params(E=3.0, A=0.5, alpha=0.5, x0=4e12),  # log-perplexity against pretraining FLOPs

@@ -11,9 +11,10 @@ from html.parser import HTMLParser
 
 import pytest
 
-from slm.tune.report import report
-from slm.tune.results import aggregate, read_table
-from tests.tune.test_report_tables import part
+from slm.analysis.report import report
+from slm.analysis.results import aggregate
+from slm.tune.table import read_table
+from tests.analysis.test_report_tables import part
 
 
 class Page(HTMLParser):
