@@ -20,13 +20,13 @@ sys.path.insert(0, str(REPO / "platform"))
 
 from slm.analysis.claims import Design, evaluate, markdown  # noqa: E402
 from slm.job import load_job  # noqa: E402
-from slm.tune.sweep import plan  # noqa: E402
+from slm.tune.sweep import plan_sweep  # noqa: E402
 
 
 def main() -> None:
     fresh = json.loads((REPO / "benchmarks/results/quickstart_fresh.json").read_text())
     with tempfile.TemporaryDirectory() as root:
-        the_plan = plan(load_job(REPO / "jobs/sweeps/quickstart.yaml", [f"run.root={root}"]), check_data=False)
+        the_plan = plan_sweep(load_job(REPO / "jobs/sweeps/quickstart.yaml", [f"run.root={root}"]), check_data=False)
     trials = {t.name: t for t in the_plan.trials}
     rows = [{"setting": trials[name].setting, "seed": trials[name].seed, "perplexity": values[0],
              "perplexity_before": None} for name, values in fresh["comparison"]["perplexity"].items()]

@@ -19,7 +19,7 @@ from slm.artifacts import atomic_write_json
 from slm.job import load_job
 from slm.runtime import cpu_flags, cpu_model
 from slm.tune.estimate import probe_and_estimate
-from slm.tune.sweep import plan
+from slm.tune.sweep import plan_sweep
 
 
 def actual(run_dir: Path, sweep: str) -> dict:
@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args()
     cfg = load_job(args.spec, args.overrides)
-    estimate = probe_and_estimate(cfg, plan(cfg, check_data=False))
+    estimate = probe_and_estimate(cfg, plan_sweep(cfg, check_data=False))
     ran = actual(Path(args.run_dir), cfg.sweep.name)
     result = {"spec": args.spec, "run_dir": args.run_dir,
               "machine": {"cpu": cpu_model(), "flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"})},

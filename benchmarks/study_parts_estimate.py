@@ -23,14 +23,14 @@ sys.path.insert(0, str(ROOT / "platform"))
 from slm.job import load_job  # noqa: E402
 from slm.runtime import cpu_flags, cpu_model, init_ray  # noqa: E402
 from slm.tune.estimate import estimate, probe, tune_overhead  # noqa: E402
-from slm.tune.sweep import plan  # noqa: E402
+from slm.tune.sweep import plan_sweep  # noqa: E402
 
 
 def main() -> None:
     spec = ROOT / "jobs" / "sweeps" / "study.yaml"
     parts = yaml.safe_load((ROOT / "jobs" / "study" / "parts.yaml").read_text())["parts"]
     cfg = load_job(spec, ["sweep.seeds=[0]", "ray.include_dashboard=false"])
-    whole = plan(cfg, check_data=False)
+    whole = plan_sweep(cfg, check_data=False)
     slots = max(1, int((os.cpu_count() or 1) // max(cfg.pretrain.train.cpus_per_worker, 1)))
     rates = probe(cfg, whole, slots)
     with contextlib.redirect_stdout(sys.stderr):  # stdout is the JSON
@@ -41,7 +41,7 @@ def main() -> None:
            "rates": {k: vars(v) for k, v in rates.items()}, "tune": tune, "parts": {}}
     for name, runs in parts.items():
         piece = load_job(spec, ["sweep.seeds=[0]", f"sweep.part=[{', '.join(runs)}]"])
-        e = estimate(piece, plan(piece, check_data=False), rates, tune, slots)
+        e = estimate(piece, plan_sweep(piece, check_data=False), rates, tune, slots)
         out["parts"][name] = {"runs": runs, "pretrain_min": round(e["pretrain_s"] / 60, 1),
                               "trials_min": round(e["trials_s"] / 60, 1), "total_min": round(e["total_s"] / 60, 1)}
         print(f"[estimate] part {name}: {out['parts'][name]}", file=sys.stderr, flush=True)

@@ -15,7 +15,7 @@ from slm.models.config import ModelConfig
 from slm.models.gpt import preset
 from slm.pipeline import check_methods
 from slm.tune.plan import compared_methods
-from slm.tune.sweep import plan
+from slm.tune.sweep import plan_sweep
 from tests.conftest import REPO, registered_example
 
 
@@ -69,7 +69,7 @@ def test_a_new_method_is_one_module(uniform_method, tmp_path):
                           "sweep.domains=[legal, medical]", "sweep.pretrain_steps=[10]",
                           "sweep.domain_tokens=[1000]", "sweep.specialize_steps=[5]"])
     check_methods(cfg)
-    p = plan(cfg, check_data=False)
+    p = plan_sweep(cfg, check_data=False)
     assert sorted(r.name for r in p.runs) == ["generic-d1", "uniform-legal-d1", "uniform-medical-d1"]
     assert methods.display("uniform") == ("uniform subset (SLM-is's control)", "tab:brown")
 
@@ -93,7 +93,7 @@ def test_a_new_method_with_its_own_setting_is_one_module(tempered_method, tmp_pa
         load_job(None, ["pretrain.model.tempered.temp=3"])
     with pytest.raises(ConfigError, match=r"unknown config key 'pretrain.model.tempred'.*'tempered'"):
         load_job(None, ["pretrain.model.tempred.temperature=3"])
-    assert sorted(r.name for r in plan(cfg, check_data=False).runs) == ["generic-d1", "tempered-d1"]
+    assert sorted(r.name for r in plan_sweep(cfg, check_data=False).runs) == ["generic-d1", "tempered-d1"]
     assert "tempered" not in compared_methods(load_job(None, ["sweep.methods=[]"]).sweep)
     assert methods.display("tempered") == ("generic, T-sampled clusters", "tab:pink")
 

@@ -140,11 +140,11 @@ def cmd_sweep(args) -> int:
     """A sweep spec's sweep and report (or, with --dry-run, its plan and estimated cost)."""
     from slm.pipeline import run_job
     from slm.tune.plan import format_plan
-    from slm.tune.sweep import plan
+    from slm.tune.sweep import plan_sweep
 
     cfg = _load(args.job, list(args.overrides))
     if args.dry_run:
-        p = plan(cfg, check_data=False)
+        p = plan_sweep(cfg, check_data=False)
         print(format_plan(p))
         written = p.to_json()
         if args.probe:

@@ -57,7 +57,7 @@ class NotDenseError(Refusal):
     """The checkpoint holds a pretrained bank (SLM-mix, SLM-pn, soup), not one model to export."""
 
 
-def load_dense(path: Path) -> GPT:
+def load_exportable(path: Path) -> GPT:
     """The checkpoint's model, which must be one dense network (see the module's docstring)."""
     model, arch = load_model(path)
     if not isinstance(model, GPT):
@@ -76,7 +76,7 @@ def export_hf(model: str | Path, out: str | Path, tokenizer: str | Path | None =
     out = Path(out).expanduser()
     if out.exists() and not replace:
         raise FileExistsError(f"{out} already exists: pass --replace to overwrite it")
-    gpt = load_dense(source)
+    gpt = load_exportable(source)
     tokenizer_file = Path(tokenizer).expanduser() if tokenizer else find_tokenizer(source)
     started = time.perf_counter()
     with atomic_path(out) as tmp:
@@ -125,7 +125,7 @@ def load_causal_lm(path: str | Path, tokenizer: str | Path | None = None):
         return (AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval(),
                 AutoTokenizer.from_pretrained(path, local_files_only=True))
     source = model_file(path)
-    gpt = load_dense(source)
+    gpt = load_exportable(source)
     tok = hf_tokenizer(Path(tokenizer).expanduser() if tokenizer else find_tokenizer(source), gpt.config.seq_len)
     return to_hf(gpt, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id), tok
 

@@ -31,7 +31,7 @@ from tokenizers import Tokenizer
 from slm.artifacts import atomic_write_json
 from slm.corpus.layout import domain_dir
 from slm.data.pack import pack_texts
-from slm.export import EXPORT_RECORD, HF_CONFIG, Refusal, export_hf, load_dense
+from slm.export import EXPORT_RECORD, HF_CONFIG, Refusal, export_hf, load_exportable
 from slm.train.data import PackedArrays
 from slm.train.evaluate import evaluate
 from slm.tune.table import add_columns, read_table
@@ -113,7 +113,7 @@ def platform_perplexity(hf_dir: Path, documents: list[str], batch_size: int = 8)
     """The platform's measure of the same documents (see the module's docstring), with the exported
     model's tokenizer and the dense model it was exported from."""
     record = json.loads((hf_dir / EXPORT_RECORD).read_text())
-    model = load_dense(Path(record["source"]))
+    model = load_exportable(Path(record["source"]))
     tok = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
     rows = pack_texts(tok, documents, model.config.seq_len)
     packed = PackedArrays(rows, np.zeros(len(rows), np.int32), np.zeros(len(rows), np.int32))

@@ -24,7 +24,7 @@ from slm.data.config import (
     StatsConfig,
     TokenizerConfig,
 )
-from slm.layout import RunConfig
+from slm.layout import RunDirConfig
 from slm.runtime import RayConfig
 from slm.train.config import PretrainConfig, SpecializeConfig
 from slm.tune.config import SweepConfig
@@ -35,7 +35,7 @@ class JobConfig:
     """A job spec: the stages to run, in order, and every section they read."""
 
     stages: list[str] = field(default_factory=lambda: ["corpus", "stats"])
-    run: RunConfig = field(default_factory=RunConfig)
+    run: RunDirConfig = field(default_factory=RunDirConfig)
     ray: RayConfig = field(default_factory=RayConfig)
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     stats: StatsConfig = field(default_factory=StatsConfig)

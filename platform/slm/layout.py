@@ -18,7 +18,7 @@ from slm.config import check_name
 
 
 @dataclass
-class RunConfig:
+class RunDirConfig:
     """Where one experiment's outputs live: ``<root>/<name>/``."""
 
     name: str = "default"
@@ -45,7 +45,7 @@ class LaidOut(Protocol):
     """What the layout reads of a job: where the run is, and each stage's folder name (``slm.job.JobConfig``
     has it; the layout, at the bottom of the package, names no section type above it)."""
 
-    run: RunConfig
+    run: RunDirConfig
     stats: _Output
     cluster: _Output
     histogram: _Output

@@ -1,6 +1,6 @@
 """The claims check (issue 28): its rows come from the sweep's plan, its tests have stated error rates.
 
-Each case the issue found is here as a hand-made table on a real plan (``slm.tune.sweep.plan`` of a
+Each case the issue found is here as a hand-made table on a real plan (``slm.tune.sweep.plan_sweep`` of a
 sweep spec, as ``--dry-run`` makes it); then simulated tables of known effects measure each rule's false
 "holds" and false "does not hold" rates against what docs/budgets.md states.
 """
@@ -30,7 +30,7 @@ from slm.analysis.claims import (
 from slm.analysis.results import MEANS
 from slm.job import load_job
 from slm.tune.plan import Setting
-from slm.tune.sweep import plan
+from slm.tune.sweep import plan_sweep
 
 PRETRAIN = [100, 300, 500]  # 300 = 0.6 × 500: C3's reach is planned
 PARAMS = {"d1": 1.0, "d2": 4.0}
@@ -46,7 +46,7 @@ def study_plan(tmp_path, *extra: str, seeds=SEEDS) -> dict:
                           "sweep.domain_tokens=[1000, 8000]", "sweep.specialize_steps=[10, 40]",
                           f"sweep.seeds={seeds}", "sweep.large_size=d2", "sweep.distill=true", "sweep.distill_steps=100",
                           "sweep.salt_kd_share=0.2", "sweep.all_experts=true", *extra])
-    return plan(cfg, check_data=False)
+    return plan_sweep(cfg, check_data=False)
 
 
 @pytest.fixture(scope="module")

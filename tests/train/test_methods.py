@@ -14,7 +14,7 @@ from slm import methods
 from slm.config import ConfigError
 from slm.job import load_job
 from slm.pipeline import check_methods
-from slm.train.budget import Progress, exhausted
+from slm.train.budget import TrainState, exhausted
 from slm.train.config import BudgetConfig
 from slm.train.objectives import KDSchedule, kd_loss, learnable_difficulty
 from slm.train.trainer import TrainingInputError, pretrain, specialize
@@ -125,8 +125,8 @@ def test_budgets_stop_at_the_first_limit(train_run):
               "pretrain.train.budget.device_seconds=1.5", "pretrain.train.compile=never")
     m = pretrain(cfg)
     assert m["stopped_by"] == "device_seconds" and m["cost"]["device_seconds"] >= 1.5 and m["steps"] > 3
-    assert exhausted(BudgetConfig(steps=5, tokens=10), Progress(step=4, tokens=10)) == "tokens"
-    assert exhausted(BudgetConfig(steps=5), Progress(step=4)) is None
+    assert exhausted(BudgetConfig(steps=5, tokens=10), TrainState(step=4, tokens=10)) == "tokens"
+    assert exhausted(BudgetConfig(steps=5), TrainState(step=4)) is None
 
 
 def test_snapshots_and_a_deleted_output_starts_afresh(train_run):

@@ -9,7 +9,7 @@ import pytest
 
 from slm.job import load_job
 from slm.tune.estimate import Rate, _schedule, estimate, probe_and_estimate
-from slm.tune.sweep import plan
+from slm.tune.sweep import plan_sweep
 
 SPEC = Path(__file__).parents[2] / "jobs" / "sweeps" / "quickstart.yaml"
 
@@ -23,7 +23,7 @@ def test_list_scheduling_waits_for_teachers_and_fills_free_slots():
 def test_the_replay_adds_what_each_run_and_trial_does(tmp_path):
     cfg = load_job(SPEC, [f"run.root={tmp_path}", "sweep.seeds=[0]", "sweep.methods=[generic]",
                           "pretrain.train.eval_every=0", "pretrain.train.checkpoint_every=0"])
-    p = plan(cfg, check_data=False)
+    p = plan_sweep(cfg, check_data=False)
     rates = {"pretrain:generic:d2": Rate(step_s=1.0, eval_tokens_per_s=1000.0, setup_s=2.0, save_s=0.5),
              "specialize:d2": Rate(step_s=0.5, eval_tokens_per_s=2000.0, setup_s=1.0, save_s=0.25)}
     tune = {"per_trial_s": 3.0, "per_wave_s": 10.0}
@@ -44,7 +44,7 @@ def test_the_replay_adds_what_each_run_and_trial_does(tmp_path):
 def test_a_real_probe_measures_every_item(tmp_path, ray_local):
     cfg = load_job(SPEC, [f"run.root={tmp_path}", "sweep.seeds=[0]", "sweep.methods=[generic, mixture]",
                           "sweep.sizes=[d1]"])
-    p = plan(cfg, check_data=False)
+    p = plan_sweep(cfg, check_data=False)
     e = probe_and_estimate(cfg, p)
     assert set(e["rates"]) == {"pretrain:generic:d1", "pretrain:mixture:d1", "specialize:d1"}
     assert all(r["step_s"] > 0 and r["eval_tokens_per_s"] > 0 for r in e["rates"].values())

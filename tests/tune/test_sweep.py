@@ -26,7 +26,7 @@ from slm.config import ConfigError, dump_yaml
 from slm.job import load_job
 from slm.layout import RunLayout
 from slm.tune.plan import PretrainRun, Trial
-from slm.tune.sweep import SweepSpecError, plan
+from slm.tune.sweep import SweepSpecError, plan_sweep
 from tests.conftest import REPO, noise, train_overrides
 
 
@@ -36,25 +36,25 @@ def test_bad_sweep_specs_fail_before_any_trial(train_run):
         return load_job(None, train_overrides(train_run, "sweep.sizes=[tiny]", *extra))
 
     with pytest.raises(ConfigError, match="sweep.methods"):  # method names: the registry's, checked by plan
-        plan(spec("sweep.methods=[generic, moe]"), check_data=False)
+        plan_sweep(spec("sweep.methods=[generic, moe]"), check_data=False)
     with pytest.raises(ConfigError, match="sweep.pretrain_steps': budgets must be positive"):
         spec("sweep.pretrain_steps=[0, 10]")
     with pytest.raises(ConfigError, match="sweep.domain_tokens"):
         spec("sweep.domain_tokens=[]")
     with pytest.raises(SweepSpecError, match="over sweep.inference_budget"):
-        plan(spec("sweep.sizes=[tiny, d4]", "sweep.inference_budget=2e6"))
+        plan_sweep(spec("sweep.sizes=[tiny, d4]", "sweep.inference_budget=2e6"))
     with pytest.raises(SweepSpecError, match=r"'medical' has no packed .*domain/medical.*make it with `slm run"):
-        plan(spec("sweep.domains=[legal, medical]"))
+        plan_sweep(spec("sweep.domains=[legal, medical]"))
     with pytest.raises(ConfigError, match="sweep.sizes': 'huge' is neither"):  # refused as the spec loads
         spec("sweep.sizes=[huge]")
-    p = plan(spec("sweep.methods=[generic, importance]", "sweep.pretrain_steps=[10, 20]",
+    p = plan_sweep(spec("sweep.methods=[generic, importance]", "sweep.pretrain_steps=[10, 20]",
                   "sweep.domain_tokens=[1000, 2000]", "sweep.specialize_steps=[5]"))
     # pretraining is paid once per (method, size); SLM-is once per domain too; 2 × 2 trials each
     assert [r.name for r in p.runs] == ["generic-tiny", "importance-legal-tiny"]
     assert all(r.steps == 20 and r.snapshots == (10, 20) for r in p.runs)
     assert len(p.trials) == 8 and p.estimate.total_flops > 0
     # the seed axis repeats every run and trial per seed; a trial's setting is its name without the seed
-    p = plan(spec("sweep.methods=[generic]", "sweep.pretrain_steps=[10]", "sweep.domain_tokens=[1000]",
+    p = plan_sweep(spec("sweep.methods=[generic]", "sweep.pretrain_steps=[10]", "sweep.domain_tokens=[1000]",
                   "sweep.specialize_steps=[5]", "sweep.seeds=[0, 3]"))
     assert [r.name for r in p.runs] == ["generic-tiny-seed0", "generic-tiny-seed3"]
     assert [(t.name, t.setting, t.seed) for t in p.trials] == [
@@ -75,11 +75,11 @@ def test_the_missing_data_hint_works_as_written(train_run, slm_cli, tmp_path):
                                          "sweep.methods=[generic, importance]", "sweep.domains=[legal, medical]"))
     atomic_write_text(RunLayout.of(cfg).config, dump_yaml(cfg))  # what `slm sweep` writes first
     with pytest.raises(SweepSpecError) as err:
-        plan(cfg)
+        plan_sweep(cfg)
     command = shlex.split(re.search(r"make it with `([^`]*)`", str(err.value)).group(1))
     assert command[:2] == ["slm", "run"], err.value
     slm_cli(*command[1:])
-    assert {r.name for r in plan(cfg).runs} == {"generic-tiny", "importance-legal-tiny", "importance-medical-tiny"}
+    assert {r.name for r in plan_sweep(cfg).runs} == {"generic-tiny", "importance-legal-tiny", "importance-medical-tiny"}
 
 
 def test_the_claims_experiments_are_planned_beside_the_grid(tmp_path):
@@ -92,7 +92,7 @@ def test_the_claims_experiments_are_planned_beside_the_grid(tmp_path):
                                "sweep.domain_tokens=[1000, 2000]", "sweep.specialize_steps=[5, 10]",
                                "sweep.seeds=[0, 1]", *extra])
 
-    p = plan(spec("sweep.large_size=d2", "sweep.distill=true", "sweep.salt_kd_share=0.2", "sweep.all_experts=true"),
+    p = plan_sweep(spec("sweep.large_size=d2", "sweep.distill=true", "sweep.salt_kd_share=0.2", "sweep.all_experts=true"),
              check_data=False)
     runs = {r.name: r for r in p.runs}
     assert list(runs)[-2:] == ["salt-d2-seed0", "salt-d2-seed1"]  # teachers train first
@@ -109,7 +109,7 @@ def test_the_claims_experiments_are_planned_beside_the_grid(tmp_path):
     assert sorted(t.expert for t in experts if t.seed == 0) == [0, 1, 2, 3]
     assert {(t.pretrain_steps, t.domain_tokens, t.specialize_steps) for t in experts} == {(20, 1000, 5)}
     # The large runs sized on their own (sweep.large_steps): SALT's KD share, the teachers' budget.
-    short = plan(spec("sweep.large_size=d2", "sweep.distill=true", "sweep.salt_kd_share=0.2", "sweep.large_steps=8"),
+    short = plan_sweep(spec("sweep.large_size=d2", "sweep.distill=true", "sweep.salt_kd_share=0.2", "sweep.large_steps=8"),
                  check_data=False)
     runs = {r.name: r for r in short.runs}
     assert (runs["generic-d2-seed0"].steps, runs["salt-d2-seed0"].steps, runs["salt-d2-seed0"].kd_steps) == (8, 8, 2)
@@ -120,9 +120,9 @@ def test_the_claims_experiments_are_planned_beside_the_grid(tmp_path):
     with pytest.raises(ConfigError, match="sweep.large_size"):
         spec("sweep.distill=true")
     with pytest.raises(SweepSpecError, match="not larger than the smallest size"):
-        plan(spec("sweep.large_size=d1", "sweep.distill=true"), check_data=False)
+        plan_sweep(spec("sweep.large_size=d1", "sweep.distill=true"), check_data=False)
     with pytest.raises(ConfigError, match="sweep.all_experts"):
-        plan(spec("sweep.methods=[generic]", "sweep.all_experts=true"), check_data=False)
+        plan_sweep(spec("sweep.methods=[generic]", "sweep.all_experts=true"), check_data=False)
 
 
 def test_a_trials_config_is_built_from_typed_values_not_override_strings(tmp_path):
@@ -337,7 +337,7 @@ def test_the_study_design_meets_the_issue(slm_cli):
     assert round(0.6 * max(sw.pretrain_steps)) in sw.pretrain_steps
     assert len(sw.domain_tokens) >= 2 and len(sw.specialize_steps) >= 2
     assert set(cfg.resample.all_domains) == set(sw.domains) == set(cfg.embed.domains)
-    p = plan(cfg, check_data=False)
+    p = plan_sweep(cfg, check_data=False)
     per_domain = sum(m in ("importance", "dsir") for m in sw.methods)
     shared = len(sw.methods) - per_domain
     grid_runs = [r for r in p.runs if r.role == "grid"]
@@ -358,8 +358,8 @@ def test_the_study_parts_partition_each_seed_and_train_nothing_twice(study):
     share of the study once, and no part trains a run another part trains (no dependency outside a part)."""
     parts = yaml.safe_load((REPO / "jobs" / study / "parts.yaml").read_text())["parts"]
     spec = REPO / "jobs" / "sweeps" / f"{study}.yaml"
-    whole = plan(load_job(spec, ["sweep.seeds=[1]"]), check_data=False)
-    pieces = {name: plan(load_job(spec, ["sweep.seeds=[1]", f"sweep.part=[{', '.join(runs)}]"]), check_data=False)
+    whole = plan_sweep(load_job(spec, ["sweep.seeds=[1]"]), check_data=False)
+    pieces = {name: plan_sweep(load_job(spec, ["sweep.seeds=[1]", f"sweep.part=[{', '.join(runs)}]"]), check_data=False)
               for name, runs in parts.items()}
     trials = [t.name for p in pieces.values() for t in p.trials]
     assert sorted(trials) == sorted(t.name for t in whole.trials) and len(set(trials)) == len(trials)
@@ -373,15 +373,15 @@ def test_a_dry_run_refuses_a_domain_the_corpus_lacks(tmp_path):
     spec = REPO / "jobs" / "sweeps" / "quickstart.yaml"
     with pytest.raises(SweepSpecError, match=r"'sweep.domains': \['nosuch'\] not in the bundled corpus this job "
                                              r"builds \(corpus.domains\), whose domains are \['code', 'legal'"):
-        plan(load_job(spec, [f"corpus.dir={tmp_path / 'none'}", "sweep.domains=[nosuch]"]), check_data=False)
+        plan_sweep(load_job(spec, [f"corpus.dir={tmp_path / 'none'}", "sweep.domains=[nosuch]"]), check_data=False)
     built = tmp_path / "corpus"
     for d in ("legal", "poetry"):  # a user's corpus: its own domains, not the bundled list
         (built / "domains" / d / "train").mkdir(parents=True)
-    assert plan(load_job(spec, [f"corpus.dir={built}", "sweep.domains=[poetry]", "resample.domain=poetry"]),
+    assert plan_sweep(load_job(spec, [f"corpus.dir={built}", "sweep.domains=[poetry]", "resample.domain=poetry"]),
                 check_data=False).trials
     with pytest.raises(SweepSpecError, match=r"\['medical'\] not in the corpus in .*corpus, whose domains are "
                                              r"\['legal', 'poetry'\]"):
-        plan(load_job(spec, [f"corpus.dir={built}", "sweep.domains=[medical]"]), check_data=False)
+        plan_sweep(load_job(spec, [f"corpus.dir={built}", "sweep.domains=[medical]"]), check_data=False)
 
 
 @pytest.mark.ray

@@ -23,7 +23,7 @@ from slm.train.config import BudgetConfig
 
 
 @dataclass
-class Progress:
+class TrainState:
     """What the loop has done so far; checkpointed, so that budgets and costs survive a resume."""
 
     step: int = 0
@@ -39,7 +39,7 @@ class Progress:
             setattr(self, k, v)
 
 
-def exhausted(budget: BudgetConfig, p: Progress) -> str | None:
+def exhausted(budget: BudgetConfig, p: TrainState) -> str | None:
     """The name of the first budget ``p`` has reached, or None."""
     for name in ("steps", "tokens", "flops", "device_seconds"):
         limit = getattr(budget, name)
@@ -48,7 +48,7 @@ def exhausted(budget: BudgetConfig, p: Progress) -> str | None:
     return None
 
 
-def spent(budget: BudgetConfig, p: Progress) -> tuple[float, str]:
+def spent(budget: BudgetConfig, p: TrainState) -> tuple[float, str]:
     """How much of the budget ``p`` has used (0..1, of the limit nearest to being reached) and the
     progress in that limit's unit ("1200/4000 steps", "3.1e+13/5e+13 FLOPs")."""
     best = (0.0, "")

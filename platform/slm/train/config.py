@@ -20,7 +20,7 @@ from slm.data.config import (
     StatsConfig,
     TokenizerConfig,
 )
-from slm.layout import RunConfig
+from slm.layout import RunDirConfig
 from slm.models.config import ModelConfig
 from slm.runtime import RayConfig
 
@@ -291,7 +291,7 @@ class TrainJob(Protocol):
     """What the training side reads of a job: the run, the data sections and its own two
     (``slm.job.JobConfig`` has them all; the job root sits above every layer and gathers their sections)."""
 
-    run: RunConfig
+    run: RunDirConfig
     ray: RayConfig
     corpus: CorpusConfig
     stats: StatsConfig

@@ -29,7 +29,7 @@ from slm.methods.samplers import UniformSampler
 from slm.runtime import verbose
 from slm.train import callbacks as cb
 from slm.train import hardware, integrity
-from slm.train.budget import Progress, exhausted
+from slm.train.budget import TrainState, exhausted
 from slm.train.data import PackedArrays
 from slm.train.module import TrainModule
 from slm.train.selection import select_hard_but_learnable
@@ -55,7 +55,7 @@ class TrainLoop:
                                                   self.train.seed)
         self.kd_sampler: UniformSampler | None = None  # SALT-DS: the KD phase's rows
         self.valid = {d: PackedArrays.open(p) for d, p in spec.valid.items()}
-        self.progress = Progress()
+        self.progress = TrainState()
         self.finished = False
         self.initial_eval: dict | None = None
         self.last_eval: dict | None = None

@@ -181,7 +181,7 @@ class Plan:
 
 @dataclass(frozen=True)
 class PlanInputs:
-    """What the plan needs beside the sweep spec, looked up by the sweep (``slm.tune.sweep.plan``)."""
+    """What the plan needs beside the sweep spec, looked up by the sweep (``slm.tune.sweep.plan_sweep``)."""
 
     domains: tuple[str, ...]
     sizes: dict[str, SizeCost]  # every size of sweep.sizes and sweep.large_size

@@ -129,7 +129,7 @@ def _check_domains(cfg: SweepJob, domains: list[str]) -> None:
         raise SweepSpecError(f"config key '{key}': {unknown} not in {where}, whose domains are {known}")
 
 
-def plan(cfg: SweepJob, check_data: bool = True) -> Plan:
+def plan_sweep(cfg: SweepJob, check_data: bool = True) -> Plan:
     """Every pretraining run and trial of ``cfg.sweep`` (``slm.tune.plan.make_plan``), from what this run
     directory holds: its tokenizer's vocabulary for the sizes' FLOPs, its packed data (checked unless
     ``check_data=False``: a dry run on another machine than the cluster's), the peak of this machine."""
@@ -430,7 +430,7 @@ def run_sweep(cfg: SweepJob) -> dict:
                   corpus=replace(cfg.corpus, dir=str(Path(cfg.corpus.dir).expanduser().resolve())),
                   pretrain=replace(cfg.pretrain, output=f"{here}/checkpoints"),
                   specialize=replace(cfg.specialize, output=f"{here}/specialized"))
-    p = plan(cfg)
+    p = plan_sweep(cfg)
     print(format_plan(p), flush=True)
     out = sweep_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
