@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "platform" / "slm"
 # (``slm.<package>.config``) is in its package's layer, and the job root (``slm.job``), which gathers every
 # section, is at the top with the commands that load it. No exception.
 LAYERS = [
-    ["slm.config", "slm.artifacts", "slm.runtime", "slm.layout", "slm.progress"],
+    ["slm.config", "slm.artifacts", "slm.runtime", "slm.layout", "slm.progress", "slm.log"],
     ["slm.corpus"],
     ["slm.data"],
     ["slm.models"],

@@ -32,9 +32,12 @@ from slm.artifacts import atomic_write_json
 from slm.corpus.layout import domain_dir
 from slm.data.pack import pack_texts
 from slm.export import EXPORT_RECORD, HF_CONFIG, Refusal, export_hf, load_exportable
+from slm.log import logger
 from slm.train.data import PackedArrays
 from slm.train.evaluate import evaluate
 from slm.tune.table import add_columns, read_table
+
+log = logger(__name__)
 
 # Each metric with the harness's aggregation for it (perplexities weighted by each document's words or bytes).
 METRICS = {"word_perplexity": "weighted_perplexity", "byte_perplexity": "weighted_perplexity",
@@ -138,7 +141,7 @@ def eval_sweep(sweep: str | Path, domain: str, corpus_dir: str | Path, limit: in
         model = sweep / "specialized" / domain / trial
         result = eval_domain(model, domain, corpus_dir, limit=limit, tokenizer=tokenizer)
         values[trial] = {f"lm_eval_{k}": v for k, v in result["lm_eval"].items()}
-        print(f"[eval] {trial}: bits per byte {result['lm_eval']['bits_per_byte']:.4f}", flush=True)
+        log.info(f"[eval] {trial}: bits per byte {result['lm_eval']['bits_per_byte']:.4f}")
     table = add_columns(sweep, values)
     return {"sweep": str(sweep), "domain": domain, "trials": len(trials), "columns": sorted(next(iter(values.values()))),
             "table": str(table), "seconds": round(time.perf_counter() - started, 1)}

@@ -31,7 +31,10 @@ from slm.corpus.config import BUNDLED_DOMAINS
 from slm.corpus.layout import domains as corpus_domains
 from slm.job import JobConfig
 from slm.layout import MissingInputError, RunLayout, require
+from slm.log import logger
 from slm.runtime import JOB_NAME_ENV, PeakMemory, init_ray, shutdown_ray
+
+log = logger(__name__)
 
 Stage = Callable[[JobConfig, Path], dict]
 
@@ -59,7 +62,7 @@ def stage_stats(cfg: JobConfig, run_dir: Path) -> dict:
         verify_corpus(cfg.corpus.dir)  # the corpus as its manifest records it (corpus_stats checks it otherwise)
         verify(out, remake(out, "stats"))
         rows = json.loads((out / "stats.json").read_text())
-        print(f"[stats] complete and current in {out}, skipped", flush=True)
+        log.info(f"[stats] complete and current in {out}, skipped")
     else:
         init_ray(cfg.ray)
         started = time.perf_counter()
@@ -70,7 +73,7 @@ def stage_stats(cfg: JobConfig, run_dir: Path) -> dict:
                              "rows": len(rows), "documents": sum(r["documents"] for r in rows),
                              "tokens": sum(r["tokens"] for r in rows),
                              "seconds": round(time.perf_counter() - started, 1)})
-    print(format_table(rows), flush=True)
+    log.info(format_table(rows))
     return {"rows": len(rows), "tokens": sum(r["tokens"] for r in rows), "stats": str(out / "stats.json")}
 
 
@@ -123,8 +126,8 @@ def stage_histogram(cfg: JobConfig, run_dir: Path) -> dict:
                               layout.histograms, cfg.histogram.domains or None)
     left_out = sorted(set(corpus_domains(cfg.corpus.dir)) - set(result["domains"]))
     if left_out:  # not an error (a job may embed some domains only), but never silent
-        print(f"[histogram] corpus domains with no embedded windows, so no histogram: {left_out} "
-              f"(embed.domains={cfg.embed.domains or 'every domain'})", flush=True)
+        log.info(f"[histogram] corpus domains with no embedded windows, so no histogram: {left_out} "
+              f"(embed.domains={cfg.embed.domains or 'every domain'})")
     return {d: {"entropy": h["entropy"], "kl_to_generic": h["kl_to_generic"]} for d, h in result["domains"].items()}
 
 
@@ -195,7 +198,7 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
     for name, source, domain in jobs:
         m = pack(source, tokenizer, cfg.pack.seq_len, layout.packed(name), domain)
         out[name] = {"sequences": m["sequences"], "tokens": m["tokens"]}
-        print(f"[pack] {name}: {m['sequences']} sequences of {cfg.pack.seq_len + 1} tokens", flush=True)
+        log.info(f"[pack] {name}: {m['sequences']} sequences of {cfg.pack.seq_len + 1} tokens")
     return out
 
 
@@ -226,7 +229,7 @@ def stage_report(cfg: JobConfig, run_dir: Path) -> dict:
     from slm.tune.sweep import sweep_dir
 
     result = report(sweep_dir(cfg))
-    print(f"[report] {result['rows']} rows; plots {result['plots']} in {result['report']}", flush=True)
+    log.info(f"[report] {result['rows']} rows; plots {result['plots']} in {result['report']}")
     return result
 
 
@@ -291,8 +294,8 @@ def check_loggers(cfg: JobConfig) -> None:
         loggers = getattr(cfg, section).train.loggers
         if section not in trained:
             if loggers != default:
-                print(f"[run] warning: {section}.train.loggers lists {', '.join(loggers)}, but no stage of this job "
-                      f"trains ({cfg.stages}): nothing will be logged", flush=True)
+                log.warning(f"[run] warning: {section}.train.loggers lists {', '.join(loggers)}, but no stage of this job "
+                      f"trains ({cfg.stages}): nothing will be logged")
             continue
         for name in loggers:
             module, install = LOGGER_PACKAGES[name]
@@ -391,17 +394,17 @@ def _run_stages(cfg: JobConfig) -> dict[str, dict]:
     atomic_write_text(layout.invocation(stamp), resolved)
     atomic_write_text(layout.config, resolved)
     os.environ.setdefault(JOB_NAME_ENV, job_name(cfg))
-    print(f"[run] {cfg.run.name}: stages {cfg.stages}; outputs in {run_dir}", flush=True)
+    log.info(f"[run] {cfg.run.name}: stages {cfg.stages}; outputs in {run_dir}")
     results, resources = {}, {}
     try:
         for name in cfg.stages:
             started = time.perf_counter()
-            print(f"[run] stage {name} ...", flush=True)
+            log.info(f"[run] stage {name} ...")
             with PeakMemory() as memory:
                 results[name] = STAGES[name](cfg, run_dir)
             resources[name] = {"seconds": round(time.perf_counter() - started, 1), "peak_memory_gib": memory.peak_gib}
-            print(f"[run] stage {name} done in {resources[name]['seconds']}s, peak memory "
-                  f"{memory.peak_gib} GiB{stage_summary(results[name])}", flush=True)
+            log.info(f"[run] stage {name} done in {resources[name]['seconds']}s, peak memory "
+                  f"{memory.peak_gib} GiB{stage_summary(results[name])}")
     finally:
         shutdown_ray()
         # What each stage gave and took; a run of some stages replaces just their entries, so the run

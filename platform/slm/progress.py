@@ -13,6 +13,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from slm.log import logger
+
+log = logger(__name__)
+
 
 def duration(seconds: float) -> str:
     """``2 h 05 min``, ``3 min 20 s``, ``12 s``."""
@@ -36,7 +40,7 @@ class Progress:
     def __init__(self, tag: str, unit: str, total: int, every_s: float = 30.0,
                  clock: Callable[[], float] = time.monotonic, out: Callable[[str], None] | None = None):
         self.tag, self.unit, self.total, self.every_s, self.clock = tag, unit, total, every_s, clock
-        self.out = out or (lambda line: print(line, flush=True))
+        self.out = out or log.info
         self.done, self.started = 0, clock()
         self.printed_at: float | None = None
         self.first: tuple[float, int] | None = None  # (when, how many) at the first update with work done

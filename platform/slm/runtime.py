@@ -21,6 +21,9 @@ from pathlib import Path
 import psutil
 
 from slm.config import ConfigError
+from slm.log import VERBOSE_ENV, logger, set_verbose
+
+log = logger(__name__)
 
 
 @dataclass
@@ -42,7 +45,6 @@ class RayConfig:
             raise ConfigError(f"config key '{prefix}dashboard_port': a TCP port, 1-65535 (or null: 8265 or the next free one), got {self.dashboard_port}")
 
 
-VERBOSE_ENV = "SLM_VERBOSE"
 JOB_NAME_ENV = "SLM_JOB_NAME"  # what `slm run` is running, for the dashboard (set by the pipeline)
 
 
@@ -69,6 +71,7 @@ def configure_output(verbose: bool = False) -> None:
     A variable the user set is left as it is.
     """
     os.environ[VERBOSE_ENV] = "1" if verbose else os.environ.get(VERBOSE_ENV, "0")
+    set_verbose(os.environ[VERBOSE_ENV] == "1")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     if not sys.stdout.isatty():
@@ -85,7 +88,7 @@ def private_auth_token(path: Path | None = None) -> bool:
     if not path.is_file() or path.stat().st_mode & 0o077 == 0:
         return False
     path.chmod(0o600)
-    print(f"[ray] {path} was readable by other users: made it 0600", flush=True)
+    log.info(f"[ray] {path} was readable by other users: made it 0600")
     return True
 
 
@@ -218,9 +221,8 @@ def init_ray(cfg: RayConfig):
     if not verbose():  # Ray Data's execution plans and per-dataset statistics: INFO lines by the dozen
         logging.getLogger("ray.data").setLevel(logging.WARNING)
         quiet_ray_data_failures()
-    print(f"[ray] {where}; {ray.cluster_resources().get('CPU', 0):.0f} CPUs; "
-          f"{dashboard_said(getattr(context, 'dashboard_url', None), cfg.include_dashboard or bool(address))}",
-          flush=True)
+    log.info(f"[ray] {where}; {ray.cluster_resources().get('CPU', 0):.0f} CPUs; "
+          f"{dashboard_said(getattr(context, 'dashboard_url', None), cfg.include_dashboard or bool(address))}")
     return context
 
 

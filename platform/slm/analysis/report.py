@@ -41,8 +41,11 @@ from slm.analysis.page import page
 from slm.analysis.results import aggregate, compare, menu, ppl, total_flops
 from slm.analysis.stats import half_width, mean_interval, separable
 from slm.artifacts import atomic_path, atomic_write_json, atomic_write_text
+from slm.log import logger
 from slm.tune.plan import DataFingerprint, Plan, seed_suffix
 from slm.tune.table import finite, read_curves, read_table, write_curve_rows, write_table
+
+log = logger(__name__)
 
 SATURATED = 0.01  # the study's bar: the valid loss changes by < 1% over the last doubling (docs/results.md)
 
@@ -545,8 +548,8 @@ def report_tables(paths: list[str | Path], out: str | Path, plan: str | Path | N
     write_curve_rows(curves, out / "curves.parquet")
     atomic_write_json(out / "plan.json", combined.to_json())
     if missing:
-        print(f"[report] {len(missing)} planned trials are in none of the tables (their comparisons are "
-              f"inconclusive in claims.md): {', '.join(missing[:10])}" + (" …" if len(missing) > 10 else ""), flush=True)
+        log.info(f"[report] {len(missing)} planned trials are in none of the tables (their comparisons are "
+              f"inconclusive in claims.md): {', '.join(missing[:10])}" + (" …" if len(missing) > 10 else ""))
     result = report(out, out / "report")
     return {**result, "tables": [str(f) for f in folders], "missing": missing}
 

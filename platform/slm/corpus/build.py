@@ -36,6 +36,7 @@ from slm.corpus.config import CorpusConfig
 from slm.corpus.layout import CORPUS_FILES
 from slm.corpus.packages import Archive, cached, fetch, file_version
 from slm.corpus.sources import BY_NAME, Source, select, stdlib_code
+from slm.log import logger
 from slm.progress import Progress
 
 BUILDER_VERSION = 4  # bump when a build produces something else (3: the manifest records each package's version; 4: long lines cut at sentences and words)
@@ -44,10 +45,11 @@ SCHEMA = pa.schema(
      ("n_chars", pa.int64())]
 )
 GENERIC = "generic"
+_log = logger(__name__)
 
 
 def log(msg: str) -> None:
-    print(f"[corpus] {msg}", flush=True)
+    _log.info(f"[corpus] {msg}")
 
 
 # ------------------------------------------------------------------------------------------- fetch

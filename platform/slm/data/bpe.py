@@ -17,6 +17,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from slm.artifacts import atomic_path, input_digests, is_complete, read_manifest, write_manifest
 from slm.config import config_hash
 from slm.corpus.layout import corpus_files
+from slm.log import logger
+
+log = logger(__name__)
 
 EOT = "<|endoftext|>"
 
@@ -42,7 +45,7 @@ def train_bpe(corpus_dir: str | Path, out: Path, vocab_size: int = 8192, max_cha
     # not path) and the same settings train the same tokenizer.
     key = config_hash({"generic": input_digests(files), "vocab_size": vocab_size, "max_chars": max_chars})
     if is_complete(out, key) and (out / "tokenizer.json").exists():
-        print(f"[tokenizer] {out} is complete and current", flush=True)
+        log.info(f"[tokenizer] {out} is complete and current")
         return read_manifest(out)
     started = time.perf_counter()
     tokenizer = Tokenizer(models.BPE())

@@ -41,6 +41,9 @@ from slm.corpus.documents import hash_uniform
 from slm.data.config import ClusterConfig
 from slm.data.embed import EMBEDDING_DIM, embedding_files
 from slm.data.execution import reproducible_execution
+from slm.log import logger
+
+log = logger(__name__)
 
 ASSIGNMENT_COLUMNS = ["id", "doc_id", "source", "domain", "text", "n_tokens"]
 
@@ -164,7 +167,7 @@ def cluster(embed_dir: str | Path, cfg: ClusterConfig, out: str | Path) -> dict:
     # each changes the fingerprint and the clusters are made again.
     key = config_hash({"cfg": clustering(cfg), "embeddings": embedded["fingerprint"]})
     if is_complete(out, key):
-        print(f"[cluster] {out} is complete and current", flush=True)
+        log.info(f"[cluster] {out} is complete and current")
         return read_manifest(out)
     started = time.perf_counter()
     model = fit(embed_dir, cfg)
@@ -181,8 +184,8 @@ def cluster(embed_dir: str | Path, cfg: ClusterConfig, out: str | Path) -> dict:
         "embeddings_fingerprint": embedded["fingerprint"],
         "sample_windows": model["sample_windows"], "generic_windows": model["generic_windows"],
         "inertia": model["inertia"], "seconds": round(time.perf_counter() - started, 1)})
-    print(f"[cluster] k={cfg.k}" + (f"×{cfg.fine_k}" if cfg.fine_k else "") +
-          f" fitted on {model['sample_windows']} windows; assignments in {out / 'assignments'}", flush=True)
+    log.info(f"[cluster] k={cfg.k}" + (f"×{cfg.fine_k}" if cfg.fine_k else "") +
+          f" fitted on {model['sample_windows']} windows; assignments in {out / 'assignments'}")
     return manifest
 
 

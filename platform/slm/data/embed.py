@@ -57,8 +57,11 @@ from slm.corpus.layout import corpus_files, domain_dir, domains, verify_corpus
 from slm.data import tokenizers
 from slm.data.config import EmbedConfig
 from slm.data.execution import reproducible_execution
+from slm.log import logger
 from slm.progress import Progress
 from slm.runtime import native_bf16
+
+log = logger(__name__)
 
 EMBEDDING_DIM = 384
 WORK = ".work"
@@ -266,19 +269,19 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
     # changed since (zeroed, truncated, replaced) is embedded again, never recorded as it is found.
     for rel, what in changed_files(out).items():
         if (out / rel).is_file():
-            print(f"[embed] {out / rel}: {what}; embedding its shard again", flush=True)
+            log.info(f"[embed] {out / rel}: {what}; embedding its shard again")
             (out / rel).unlink()
     fingerprints = current_fingerprints(corpus_dir, cfg)
     dropped = drop_stale(out, fingerprints)
     if dropped:
-        print(f"[embed] dropped {len(dropped)} shards made from other inputs or settings "
+        log.info(f"[embed] dropped {len(dropped)} shards made from other inputs or settings "
               f"(re-imported, removed, another embed.fraction, or unreadable): {', '.join(dropped[:5])}"
-              + (" …" if len(dropped) > 5 else ""), flush=True)
+              + (" …" if len(dropped) > 5 else ""))
     shard_of = {path: shard_key(corpus_dir, path) for path in shards}
     wanted = {shard_of[path]: selected_ids(path, fraction_of[path]) for path in shards}
     todo = {shard_of[path]: path for path in shards if not (out / f"{shard_of[path]}.parquet").exists()}
-    print(f"[embed] {len(shards) - len(todo)} of {len(shards)} shards already complete and current; "
-          f"{len(todo)} to do", flush=True)
+    log.info(f"[embed] {len(shards) - len(todo)} of {len(shards)} shards already complete and current; "
+          f"{len(todo)} to do")
     for shard in todo:  # working files of an interrupted run resume only if made from the same input
         start_work_folder(out / WORK / shard, fingerprints[shard])
 
@@ -314,7 +317,7 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
               .repartition(target_num_rows_per_block=cfg.batch_docs))
         actors = actor_count(cfg)
         compiled = resolve_compile(cfg)
-        print(f"[embed] {actors} actors, compile={compiled}", flush=True)
+        log.info(f"[embed] {actors} actors, compile={compiled}")
         written = ds.map_batches(
             WindowEmbedder,
             fn_constructor_kwargs={"cfg": {**asdict(cfg), "compile": compiled}, "out_root": str(out)},
@@ -359,8 +362,8 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
         "seconds": round(time.perf_counter() - started, 1),
     }
     write_manifest(out, manifest, written=lambda rel: rel.removesuffix(".parquet") in todo)
-    print(f"[embed] {manifest['documents']} documents → {manifest['windows']} windows in {out} "
-          f"({manifest['embedded_this_run']['windows']} embedded now, {manifest['seconds']}s)", flush=True)
+    log.info(f"[embed] {manifest['documents']} documents → {manifest['windows']} windows in {out} "
+          f"({manifest['embedded_this_run']['windows']} embedded now, {manifest['seconds']}s)")
     return manifest
 
 

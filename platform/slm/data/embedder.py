@@ -40,7 +40,10 @@ from filelock import FileLock
 from tokenizers import Tokenizer
 
 from slm.artifacts import atomic_write_bytes, file_sha256
+from slm.log import logger
 from slm.runtime import verbose
+
+log = logger(__name__)
 
 # What an exported program is a function of, besides the model's files: a newer torch may not read an
 # older file, and the graph is traced through the installed transformers and sentence-transformers code.
@@ -89,14 +92,14 @@ class SentenceEmbedder:
             # Loading runs code (a pickled graph module, or a compiled library): only what this machine
             # wrote. A cache shared with other machines serves them its own exports, never theirs.
             local = LOCAL_EXPORTS / path.name
-            print(f"[embed] {path} was not written by this machine: not loaded; exporting to {local}", flush=True)
+            log.info(f"[embed] {path} was not written by this machine: not loaded; exporting to {local}")
             path = local
             export_once(model_path, dtype=dtype, device=device, path=path, compiled=compiled, threads=threads)
         settings = {"dtype": dtype, "device": device, "path": path, "compiled": compiled, "threads": threads}
         try:
             forward, inputs = _load_program(path, compiled)
         except Exception as error:  # a damaged cache file (a full disk, a hand copy): export it anew
-            print(f"[embed] {path} did not load ({error!r}); exporting the embedder again", flush=True)
+            log.info(f"[embed] {path} did not load ({error!r}); exporting the embedder again")
             path.unlink(missing_ok=True)
             export_once(model_path, **settings)
             forward, inputs = _load_program(path, compiled)

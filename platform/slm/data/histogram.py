@@ -21,6 +21,9 @@ import numpy as np
 
 from slm.artifacts import atomic_write_json, remake, verify
 from slm.data.cluster import load_sizes
+from slm.log import logger
+
+log = logger(__name__)
 
 GENERIC = "generic"
 
@@ -89,9 +92,9 @@ def write_histograms(cluster_dir: str | Path, alpha: float, out: Path, domains: 
     result = domain_histograms(cluster_dir, alpha, domains)
     atomic_write_json(out / "histograms.json", result)
     for domain, h in result["domains"].items():
-        print(f"[histogram] {domain}: {h['windows']} windows, entropy over the {len(h['p'])} fine leaves "
+        log.info(f"[histogram] {domain}: {h['windows']} windows, entropy over the {len(h['p'])} fine leaves "
               f"{h['entropy']:.2f} nats, "
-              f"KL to generic {h['kl_to_generic']:.2f}", flush=True)
+              f"KL to generic {h['kl_to_generic']:.2f}")
     return result
 
 

@@ -38,6 +38,9 @@ from slm.corpus import documents
 from slm.corpus.build import SCHEMA
 from slm.corpus.layout import CORPUS_FILES, GENERIC, domain_dir, generic_dir
 from slm.data.execution import reproducible_execution
+from slm.log import logger
+
+log = logger(__name__)
 
 TEXT_EXTENSIONS = ["txt", "md", "rst", "text"]
 
@@ -313,7 +316,7 @@ def read_documents(path: str, *, fmt: str | None, on_error: str, **normalize) ->
     kept once each (the same normalized text is the same id, as the bundled build keeps it)."""
     inputs, skipped = input_files(path, fmt, on_error, normalize["text_column"])
     for name, why in skipped:
-        print(f"[import] skipped {name}: {why}", flush=True)
+        log.info(f"[import] skipped {name}: {why}")
     ds = _read_all(inputs, **normalize)
     counts = ds.aggregate(Sum("_first", alias_name="records"), Count(alias_name="rows"),
                           Sum("_empty", alias_name="empty"), Sum("_quarantined", alias_name="quarantined"),
@@ -445,7 +448,7 @@ def import_corpus(
         with atomic_path(quarantine) as tmp:
             bad_lines.rename_columns({"_path": "file", "_line": "line", "_error": "error", "_raw": "raw"}
                                      ).write_json(str(tmp))
-        print(f"[import] {quarantined} lines that are not records quarantined in {quarantine}", flush=True)
+        log.info(f"[import] {quarantined} lines that are not records quarantined in {quarantine}")
     else:
         shutil.rmtree(quarantine, ignore_errors=True)  # an earlier import's, of the data just replaced
     record = {**given.describe(path), "text_column": text_column, "source": source, "role": role,
@@ -455,8 +458,8 @@ def import_corpus(
             "from": "file", **given_valid.describe(valid),
             "dropped_from_train": given.kept.count() - summary["train"]["documents"]}
     record |= {"splits": summary, "seconds": round(time.perf_counter() - started, 1)}
-    print(f"[import] {role}: " + ", ".join(f"{split} {s['documents']} documents" for split, s in summary.items())
-          + ("" if role == GENERIC else f" (valid split from {record['valid_split']['from']})"), flush=True)
+    log.info(f"[import] {role}: " + ", ".join(f"{split} {s['documents']} documents" for split, s in summary.items())
+          + ("" if role == GENERIC else f" (valid split from {record['valid_split']['from']})"))
     manifest = read_manifest(corpus_dir) or {"stage": "corpus"}
     # The bundled build's description of this role no longer holds: the import replaced it.
     if role == GENERIC:

@@ -33,7 +33,10 @@ from slm.config import config_hash
 from slm.data import tokenizers
 from slm.data.bpe import EOT
 from slm.data.execution import reproducible_execution
+from slm.log import logger
 from slm.progress import Progress, RemoteProgress, report
+
+log = logger(__name__)
 
 
 def pack_texts(tok, texts: list[str], seq_len: int) -> np.ndarray:
@@ -111,7 +114,7 @@ def pack(windows_path: str | Path | list[str], tokenizer_json: str | Path, seq_l
     key = config_hash({"inputs": input_digests(sources), "tokenizer": file_sha256(tokenizer_json),
                        "seq_len": seq_len, "domain": domain})
     if is_complete(out, key):
-        print(f"[pack] {out} is complete and current", flush=True)
+        log.info(f"[pack] {out} is complete and current")
         return read_manifest(out)
     ds = ray.data.read_parquet(windows_path if isinstance(windows_path, list) else str(windows_path))
     if "coarse" not in ds.schema().names:

@@ -52,8 +52,11 @@ from slm.data.embed import (
     shards_to_embed,
 )
 from slm.data.execution import reproducible_execution
+from slm.log import logger
 from slm.progress import Progress, RemoteProgress, report
 from slm.runtime import cpu_model
+
+log = logger(__name__)
 
 HEADER_KEY = b"slm.pinned"
 CENTROIDS_KEY = b"slm.pinned.centroids"
@@ -164,8 +167,8 @@ def write_pinned(cluster_dir: str | Path, path: str | Path, cfg: ClusterConfig, 
                                                  CENTROIDS_KEY: buffer.getvalue()})
     with atomic_path(path) as tmp:
         pq.write_table(distinct, tmp, compression="zstd", compression_level=19)
-    print(f"[cluster] pinned {distinct.num_rows} distinct windows ({table.num_rows} in all) to {path} "
-          f"({path.stat().st_size / 2**20:.1f} MiB, fingerprint {header['fingerprint']})", flush=True)
+    log.info(f"[cluster] pinned {distinct.num_rows} distinct windows ({table.num_rows} in all) to {path} "
+          f"({path.stat().st_size / 2**20:.1f} MiB, fingerprint {header['fingerprint']})")
     return header
 
 
@@ -229,7 +232,7 @@ def cluster_pinned(corpus_dir: str | Path, cfg: ClusterConfig, embed: EmbedConfi
     key = config_hash({"cfg": clustering(cfg), "pinned": pinned.fingerprint,
                        "inputs": inputs, "windowing": windowing(embed), "dtype": embed.dtype})
     if is_complete(out, key):
-        print(f"[cluster] {out} is complete and current", flush=True)
+        log.info(f"[cluster] {out} is complete and current")
         return read_manifest(out)
     started = time.perf_counter()
     table = pinned.table
@@ -248,8 +251,8 @@ def cluster_pinned(corpus_dir: str | Path, cfg: ClusterConfig, embed: EmbedConfi
         raise ValueError(f"cluster.assignments: {pinned.path} lacks {unpinned} of this job's {total} windows "
                          f"({unpinned / total:.1%} > cluster.max_unpinned={cfg.max_unpinned}): by source, {by_source}. "
                          "Was it made from another corpus? (A part that grows the file sets cluster.max_unpinned=1.)")
-    print(f"[cluster] {total - unpinned} of {total} windows found in {pinned.path}; {unpinned} to embed and assign "
-          "to its centroids" + (f" ({by_source})" if unpinned else ""), flush=True)
+    log.info(f"[cluster] {total - unpinned} of {total} windows found in {pinned.path}; {unpinned} to embed and assign "
+          "to its centroids" + (f" ({by_source})" if unpinned else ""))
     out.mkdir(parents=True, exist_ok=True)
     centroids = save_centroids(out / "centroids.npz", pinned.coarse_centroids, pinned.fine_centroids)
     embed_cfg = asdict(replace(embed, compile=resolve_compile(embed)))
@@ -274,7 +277,7 @@ def cluster_pinned(corpus_dir: str | Path, cfg: ClusterConfig, embed: EmbedConfi
         "pinned_fingerprint": pinned.fingerprint, "pinned_made_with": pinned.header["made_with"],
         "windows": total, "found": total - unpinned, "embedded": unpinned, "by_source": counts,
         "dtype": embed.dtype, "seconds": round(time.perf_counter() - started, 1)})
-    print(f"[cluster] assignments in {out / 'assignments'} ({manifest['seconds']}s)", flush=True)
+    log.info(f"[cluster] assignments in {out / 'assignments'} ({manifest['seconds']}s)")
     return manifest
 
 

@@ -49,7 +49,10 @@ from slm.data.embed import corpus_windows
 from slm.data.execution import reproducible_execution
 from slm.data.histogram import GENERIC, counts_by_leaf, kl, smoothed
 from slm.data.pinned import windowing
+from slm.log import logger
 from slm.progress import Progress, RemoteProgress, report
+
+log = logger(__name__)
 
 ROWS_PER_BLOCK = 4096
 
@@ -202,7 +205,7 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
                        "corpus": input_digests([corpus_manifest]) if corpus_manifest and corpus_manifest.exists() else None,
                        "windowing": windowing(embed) if embed else None, "dsir_min_words": dsir_min_words})
     if is_complete(out, key):
-        print(f"[resample] {out} is complete and current", flush=True)
+        log.info(f"[resample] {out} is complete and current")
         return read_manifest(out)
     sizes = load_sizes(cluster_dir)
     leaves = histograms["leaves"]
@@ -259,8 +262,7 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
     else:
         placed = f" over the {int(drawn_windows.sum())} embedded" if unplaced else ""
         divergence = f"KL(resampled ‖ domain) = {manifest['kl_resampled_to_domain']:.3f}{placed}"
-    print(f"[resample] {domain}/{method}: {drawn_tokens} tokens in {manifest['windows_drawn']} windows, {divergence}",
-          flush=True)
+    log.info(f"[resample] {domain}/{method}: {drawn_tokens} tokens in {manifest['windows_drawn']} windows, {divergence}")
     return manifest
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 import uuid
@@ -23,8 +22,11 @@ from torch.utils.tensorboard import SummaryWriter
 
 from slm.artifacts import atomic_write_text
 from slm.layout import TrainOutput
+from slm.log import logger
 from slm.train import integrity
 from slm.train.budget import exhausted, spent
+
+log = logger(__name__)
 
 
 class Callback:
@@ -181,8 +183,7 @@ class Trackers(Callback):
             self.wandb = wandb.init(project=self.tracking.experiment, name=self.run_name, id=run_id,
                                     resume="allow", dir=str(logs), mode=self.tracking.wandb_mode,
                                     config=self.params, settings=wandb.Settings(silent=True))
-            sys.stdout.write(f"[train] {self.run_name}: W&B run {run_id} ({self.tracking.wandb_mode}) in "
-                             f"{self.wandb.dir}\n")
+            log.info(f"[train] {self.run_name}: W&B run {run_id} ({self.tracking.wandb_mode}) in {self.wandb.dir}")
 
     def on_step_end(self, loop, metrics: dict) -> None:
         if not is_logged_step(loop, metrics):
@@ -229,21 +230,19 @@ class ProgressPrinter(Callback):
         elapsed, progressed = time.perf_counter() - self._started, fraction - self._from_fraction
         if progressed > 0 and fraction < 1:
             parts.append(f"ETA {format_seconds(elapsed * (1 - fraction) / progressed)}")
-        # Not print(): Ray Train patches it to go to its logger *and*, with stdout redirected as in a
-        # Ray worker, to stdout too, so each line reached the job log twice.
-        sys.stdout.write(" | ".join(parts) + "\n")
-        sys.stdout.flush()
+        # Through slm's logger, not print(): Ray Train patches print to go to its logger *and*, with stdout
+        # redirected as in a Ray worker, to stdout too, so each line reached the job log twice.
+        log.info(" | ".join(parts))
 
     def on_train_end(self, loop, metrics: dict) -> None:
         if loop.rank != 0:
             return
         result = loop.last_eval or {}
         ppl = ", ".join(f"{d} {r['perplexity']:.2f}" for d, r in result.items() if d != "macro")
-        sys.stdout.write(f"[train] {self.name} done: {loop.progress.step - self._from_step} steps in "
-                         f"{format_seconds(time.perf_counter() - self._started)} (step {loop.progress.step}, "
-                         f"stopped by {exhausted(loop.train.budget, loop.progress) or 'resume'}); "
-                         f"valid ppl {ppl or 'not evaluated'}; model {loop.output.model}\n")
-        sys.stdout.flush()
+        log.info(f"[train] {self.name} done: {loop.progress.step - self._from_step} steps in "
+                 f"{format_seconds(time.perf_counter() - self._started)} (step {loop.progress.step}, "
+                 f"stopped by {exhausted(loop.train.budget, loop.progress) or 'resume'}); "
+                 f"valid ppl {ppl or 'not evaluated'}; model {loop.output.model}")
 
 
 def format_seconds(seconds: float) -> str:

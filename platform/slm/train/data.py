@@ -21,6 +21,9 @@ import pyarrow.parquet as pq
 
 from slm.artifacts import atomic_path, is_complete, read_manifest, remake, verify, write_manifest
 from slm.layout import RunLayout, require
+from slm.log import logger
+
+log = logger(__name__)
 
 ARRAYS = "arrays"
 
@@ -87,8 +90,8 @@ def valid_arrays(layout: RunLayout, domains: list[str]) -> dict[str, str]:
     """Each domain's packed valid split as arrays (the ones packed); none packed is said, not an error."""
     out = {d: str(materialize(layout.packed_valid(d))) for d in domains if (layout.packed_valid(d) / "data").exists()}
     if not out:
-        print(f"[train] no valid split packed under {layout.packed('valid')} "
-              f"(pack.sets without 'valid'): no evaluation", flush=True)
+        log.info(f"[train] no valid split packed under {layout.packed('valid')} "
+              f"(pack.sets without 'valid'): no evaluation")
     return out
 
 

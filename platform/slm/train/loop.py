@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from slm.artifacts import atomic_write_json
 from slm.layout import TrainOutput
+from slm.log import logger
 from slm.methods.samplers import UniformSampler
 from slm.runtime import verbose
 from slm.train import callbacks as cb
@@ -35,6 +36,8 @@ from slm.train.module import TrainModule
 from slm.train.selection import select_hard_but_learnable
 from slm.train.session import LocalSession, RayTrainSession
 from slm.train.spec import WorkerSpec
+
+log = logger(__name__)
 
 
 class TrainLoop:
@@ -152,10 +155,10 @@ class TrainLoop:
                                    f"({reason}): the trunk must train again (delete {start.parent.parent} and rerun)")
             self.load_state(start)
             if self.rank == 0:
-                print(f"[train] {self.spec.name}: branches from the trunk at step {self.progress.step}", flush=True)
+                log.info(f"[train] {self.spec.name}: branches from the trunk at step {self.progress.step}")
         elif folder is not None:
             if self.rank == 0:
-                print(f"[train] {self.spec.name}: resumed at step {self.progress.step}", flush=True)
+                log.info(f"[train] {self.spec.name}: resumed at step {self.progress.step}")
         elif module.teacher is not None and self.spec.selection.enabled:
             rows, flops = select_hard_but_learnable(module, self.data, self.spec.selection, self.rank, self.world)
             self.kd_sampler = UniformSampler(rows, self.train.seed + 1)

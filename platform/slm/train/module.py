@@ -11,7 +11,6 @@ and its order, progress and budgets, checkpoints, callbacks.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 import torch
 
 from slm import methods
+from slm.log import logger
 from slm.models.gpt import load_dense
 from slm.train import hardware
 from slm.train.budget import dense_flops_per_token, horizon_steps
@@ -28,6 +28,8 @@ from slm.train.evaluate import evaluate
 from slm.train.objectives import KDSchedule, distillation_loss
 from slm.train.spec import WorkerSpec
 from slm.train.strategies import DDPStrategy, DeepSpeedStrategy
+
+log = logger(__name__)
 
 
 @dataclass
@@ -87,10 +89,9 @@ class TrainModule:
             hardware.compile_modules(self.method.compile_units(model))
         self.peak = hardware.peak_flops(train.peak_flops, device, precision)
         if rank == 0:
-            sys.stdout.write(f"[train] {spec.name}: {device.type}, {precision}, "
-                             f"{'compiled' if self.compiled.enabled else 'eager'} ({self.compiled.reason}); "
-                             f"MFU against {self.peak.flops:.3g} FLOP/s per device ({self.peak.source})\n")
-            sys.stdout.flush()
+            log.info(f"[train] {spec.name}: {device.type}, {precision}, "
+                     f"{'compiled' if self.compiled.enabled else 'eager'} ({self.compiled.reason}); "
+                     f"MFU against {self.peak.flops:.3g} FLOP/s per device ({self.peak.source})")
 
         # ---- parallelism, applied from outside the model
         if train.strategy == "deepspeed":

@@ -24,7 +24,10 @@ from pathlib import Path
 import ray.train
 import ray.tune
 
+from slm.log import logger
 from slm.train import integrity
+
+log = logger(__name__)
 
 
 class RayTrainSession:
@@ -53,7 +56,7 @@ class RayTrainSession:
 
     def _log(self, message: str) -> None:
         if self.rank == 0:
-            print(f"[train] {message}", flush=True)
+            log.info(f"[train] {message}")
 
     def report(self, metrics: dict, checkpoint: Path | None = None, step: int = 0) -> None:
         """Metrics alone go through a background thread (a synchronous report waits for the controller's
@@ -89,7 +92,7 @@ class LocalSession:
         if self.folder.exists():  # a checkpoint being copied when the process was killed
             for partial in self.folder.glob(".step-*.tmp-*"):
                 shutil.rmtree(partial, ignore_errors=True)
-        yield integrity.newest_whole(self.checkpoints(), lambda m: print(f"[train] {m}", flush=True))
+        yield integrity.newest_whole(self.checkpoints(), lambda m: log.info(f"[train] {m}"))
 
     def report(self, metrics: dict, checkpoint: Path | None = None, step: int = 0) -> None:
         if checkpoint is not None:

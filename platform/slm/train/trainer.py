@@ -32,6 +32,7 @@ from slm.artifacts import atomic_path, file_sha256, is_complete, read_manifest, 
 from slm.config import ConfigError, config_hash
 from slm.data import histogram
 from slm.layout import RunLayout, TrainOutput, branch_name, require
+from slm.log import logger
 from slm.models.gpt import GPTConfig, preset, save_dense
 from slm.runtime import RayConfig, cluster_address, init_ray
 from slm.train import integrity
@@ -49,6 +50,8 @@ from slm.train.hardware import worker_precision
 from slm.train.loop import train_here, train_worker
 from slm.train.rendezvous import torch_config
 from slm.train.spec import WorkerSpec
+
+log = logger(__name__)
 
 
 class TrainingInputError(ConfigError):
@@ -92,7 +95,7 @@ def check_fits(train: TrainConfig, key: str, cluster: dict[str, float]) -> None:
 def fit(spec: WorkerSpec, train: TrainConfig, storage: Path, ray_name: str) -> dict:
     """Run ``train_worker(spec)`` on a TorchTrainer; return rank 0's summary."""
     resources = None if train.use_gpu else {"CPU": train.cpus_per_worker}
-    integrity.set_aside_stale_record(storage.resolve() / ray_name, lambda m: print(f"[train] {m}", flush=True))
+    integrity.set_aside_stale_record(storage.resolve() / ray_name, lambda m: log.info(f"[train] {m}"))
     trainer = TorchTrainer(
         train_worker,
         train_loop_config={"spec": spec},
@@ -135,7 +138,7 @@ def _run(kind: str, spec: WorkerSpec, output: TrainOutput, ray_cfg: RayConfig, e
     digest = config_hash(spec)
     out, train = output.dir, spec.train
     if is_complete(out, digest):
-        print(f"[train] {spec.name}: complete and current in {out}, skipped", flush=True)
+        log.info(f"[train] {spec.name}: complete and current in {out}, skipped")
         return read_manifest(out)
     run_name = f"{spec.name.replace('/', '-')}-{digest[:8]}"
     started = time.perf_counter()

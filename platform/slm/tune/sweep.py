@@ -51,6 +51,7 @@ from slm.config import config_hash
 from slm.corpus.layout import domains as corpus_domains
 from slm.data.histogram import coarse_histograms, entropy
 from slm.layout import RunLayout, TrainOutput
+from slm.log import logger
 from slm.models.config import size_config
 from slm.models.gpt import ModelConfigError
 from slm.progress import Progress
@@ -75,6 +76,8 @@ from slm.tune.plan import (
     make_plan,
 )
 from slm.tune.table import row, write_curves, write_hparams, write_mlflow, write_table
+
+log = logger(__name__)
 
 
 def sweep_dir(cfg: SweepJob) -> Path:
@@ -218,7 +221,7 @@ def pretrain_all(cfg: SweepJob, runs: tuple[PretrainRun, ...]) -> None:
         for k, run in enumerate(runs, 1):
             pretrain(run_config(cfg, run))
             progress.update(k)
-            print(f"{progress.line()}; last: {run.name}", flush=True)
+            log.info(f"{progress.line()}; last: {run.name}")
         return
     # The arrays every run memory-maps, made here once rather than by two tasks at the same time.
     for run in runs:
@@ -236,7 +239,7 @@ def pretrain_all(cfg: SweepJob, runs: tuple[PretrainRun, ...]) -> None:
         done, pending = ray.wait(pending, num_returns=1)
         name = ray.get(done[0])  # raises the run's error here
         progress.update(len(runs) - len(pending))
-        print(f"{progress.line()}; last: {name}", flush=True)
+        log.info(f"{progress.line()}; last: {name}")
 
 
 def trial_config(cfg: SweepJob, t: Trial) -> SweepJob:
@@ -315,7 +318,7 @@ class TrialEvents(Callback):
 
     def _line(self, trial, what: str) -> None:
         self.progress.add(1)
-        print(f"{self.progress.line()}; last: {trial} {what}", flush=True)
+        log.info(f"{self.progress.line()}; last: {trial} {what}")
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         ppl = (trial.last_result or {}).get("perplexity")
@@ -386,8 +389,8 @@ def run_wave(cfg: SweepJob, trials: list[Trial], wave: int, runs: dict[str, Pret
     rows = {t.name: r for t in trials if (r := finished_row(cfg, t)) is not None}
     pending = [t for t in trials if t.name not in rows]
     if rows:
-        print(f"[sweep] wave {wave}: {len(rows)} of {len(trials)} trials finished earlier (rows read from their "
-              f"folders); {len(pending)} to run", flush=True)
+        log.info(f"[sweep] wave {wave}: {len(rows)} of {len(trials)} trials finished earlier (rows read from their "
+              f"folders); {len(pending)} to run")
     if not pending:
         return list(rows.values()), []
     storage = cfg.sweep.storage_path or str((out / "tune").resolve())
@@ -431,7 +434,7 @@ def run_sweep(cfg: SweepJob) -> dict:
                   pretrain=replace(cfg.pretrain, output=f"{here}/checkpoints"),
                   specialize=replace(cfg.specialize, output=f"{here}/specialized"))
     p = plan_sweep(cfg)
-    print(format_plan(p), flush=True)
+    log.info(format_plan(p))
     out = sweep_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     p = replace(p, data=data_digests(cfg, p))
@@ -462,9 +465,9 @@ def run_sweep(cfg: SweepJob) -> dict:
         if "mlflow" in cfg.specialize.train.loggers:  # the trials' own runs are there: the table beside them
             experiment = f"{tracking.experiment}: {cfg.sweep.name} results"
             write_mlflow(results, tracking.mlflow_uri, experiment)
-            print(f"[sweep] results table in MLflow: experiment {experiment!r} at {tracking.mlflow_uri} "
-                  "(select its runs, Compare)", flush=True)
-    print(f"[sweep] {len(results)} of {len(p.trials)} trials finished; results in {table}", flush=True)
+            log.info(f"[sweep] results table in MLflow: experiment {experiment!r} at {tracking.mlflow_uri} "
+                  "(select its runs, Compare)")
+    log.info(f"[sweep] {len(results)} of {len(p.trials)} trials finished; results in {table}")
     if failed:  # the table keeps what finished; the stage fails so that scripts and CI see it
         raise RuntimeError(f"sweep: {len(failed)} trials failed (the results table holds the {len(results)} of "
                            f"{len(p.trials)} that finished; rerun the same command to retry only them). "
