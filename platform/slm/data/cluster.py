@@ -40,7 +40,7 @@ from slm.config import config_hash
 from slm.corpus.documents import hash_uniform
 from slm.data.config import ClusterConfig
 from slm.data.embed import EMBEDDING_DIM, embedding_files
-from slm.data.execution import reproducible_execution
+from slm.data.execution import grouped_sums, reproducible_execution
 from slm.log import logger
 
 log = logger(__name__)
@@ -209,28 +209,15 @@ def load_centroids(path: str | Path, digest: str) -> tuple[np.ndarray, np.ndarra
 
 def describe(out: Path, cfg: ClusterConfig, titles: dict[str, list[str]]) -> dict:
     """``clusters.json``: each (domain, coarse, leaf)'s windows and tokens, and the coarse clusters' titles."""
-    # Counted per block and summed here: a few thousand rows, and no hash shuffle of aggregator actors (issue
-    # 46: on a 2-CPU Ray their shutdown left a SIGABRT dump in stages that succeeded).
     keys = ["domain", "coarse", "leaf"]
-    blocks = (ray.data.read_parquet(str(out / "assignments")).select_columns([*keys, "n_tokens"])
-              .map_batches(_leaf_counts, batch_format="pyarrow"))
-    summed = pa.concat_tables(ray.get(blocks.to_arrow_refs())).group_by(keys).aggregate(
-        [("windows", "sum"), ("tokens", "sum")])
-    sizes = [{"domain": r["domain"], "coarse": int(r["coarse"]), "leaf": int(r["leaf"]), "windows": int(r["windows_sum"]),
-              "tokens": int(r["tokens_sum"])} for r in summed.to_pylist()]
+    counted = grouped_sums(ray.data.read_parquet(str(out / "assignments")).select_columns([*keys, "n_tokens"]), keys,
+                           "windows", {"n_tokens": "tokens"})
+    sizes = [{"domain": r["domain"], "coarse": int(r["coarse"]), "leaf": int(r["leaf"]), "windows": int(r["windows"]),
+              "tokens": int(r["tokens"])} for r in counted]
     description = {"k": cfg.k, "fine_k": cfg.fine_k, "leaves": cfg.k * max(cfg.fine_k, 1), "titles": titles,
                    "sizes": sorted(sizes, key=lambda r: (r["domain"], r["leaf"]))}
     atomic_write_json(out / "clusters.json", description)
     return description
-
-
-def _leaf_counts(batch: pa.Table) -> pa.Table:
-    """A block's windows and tokens per (domain, coarse, leaf)."""
-    counted = batch.group_by(["domain", "coarse", "leaf"]).aggregate([("n_tokens", "count"), ("n_tokens", "sum")])
-    counted = counted.rename_columns({"n_tokens_count": "windows", "n_tokens_sum": "tokens"})
-    return counted.select(["domain", "coarse", "leaf", "windows", "tokens"]).cast(
-        pa.schema([("domain", pa.string()), ("coarse", pa.int64()), ("leaf", pa.int64()), ("windows", pa.int64()),
-                   ("tokens", pa.int64())]))
 
 
 def load_sizes(cluster_dir: str | Path) -> list[dict]:

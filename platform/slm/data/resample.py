@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import ray.data
 from ray.data.expressions import col
@@ -46,7 +45,7 @@ from slm.data import dsir
 from slm.data.cluster import load_sizes
 from slm.data.config import EmbedConfig
 from slm.data.embed import corpus_windows
-from slm.data.execution import reproducible_execution
+from slm.data.execution import grouped_sums, reproducible_execution
 from slm.data.histogram import GENERIC, counts_by_leaf, kl, smoothed
 from slm.data.pinned import windowing
 from slm.log import logger
@@ -231,13 +230,15 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
                                         dsir_min_words))
         with atomic_path(out / "data") as tmp:
             chosen.write_parquet(str(tmp))
-    # The drawn leaf histogram: one small count vector per block, summed here (no shuffle: a groupby
-    # would start Ray Data's aggregator actors, seconds of fixed cost for a few thousand numbers).
-    drawn = ray.data.read_parquet(str(out / "data")).select_columns(["leaf", "n_tokens"])
-    parts = drawn.map_batches(_leaf_counts, fn_kwargs={"leaves": leaves}, batch_format="pyarrow").take_all()
-    drawn_windows = np.sum([np.asarray(p["windows"]) for p in parts], axis=0) if parts else np.zeros(leaves)
-    drawn_tokens = int(sum(p["tokens"] for p in parts))
-    unplaced = int(sum(p["unplaced"] for p in parts))  # DSIR's picks among windows the sample did not embed
+    # The drawn leaf histogram (leaf −1: DSIR's picks among windows the sample did not embed).
+    by_leaf = grouped_sums(ray.data.read_parquet(str(out / "data")).select_columns(["leaf", "n_tokens"]), ["leaf"],
+                           "windows", {"n_tokens": "tokens"})
+    drawn_windows = np.zeros(leaves, np.int64)
+    for r in by_leaf:
+        if r["leaf"] >= 0:
+            drawn_windows[r["leaf"]] = r["windows"]
+    drawn_tokens = int(sum(r["tokens"] for r in by_leaf))
+    unplaced = int(sum(r["windows"] for r in by_leaf if r["leaf"] < 0))
     if drawn_windows.sum() == 0 and not unplaced:
         raise ValueError(f"resample {method} for {domain!r} drew nothing (tokens={tokens})")
     # The KL is a diagnostic of the draw, not the draw: when a small embed.fraction left every window DSIR
@@ -264,14 +265,6 @@ def resample(cluster_dir: str | Path, histograms: dict, domain: str, tokens: int
         divergence = f"KL(resampled ‖ domain) = {manifest['kl_resampled_to_domain']:.3f}{placed}"
     log.info(f"[resample] {domain}/{method}: {drawn_tokens} tokens in {manifest['windows_drawn']} windows, {divergence}")
     return manifest
-
-
-def _leaf_counts(batch: pa.Table, leaves: int) -> pa.Table:
-    leaf = batch.column("leaf").to_numpy()
-    counts = np.bincount(leaf[leaf >= 0], minlength=leaves)
-    return pa.table({"windows": pa.FixedSizeListArray.from_arrays(counts, leaves),
-                     "tokens": [int(pc.sum(batch.column("n_tokens")).as_py() or 0)],
-                     "unplaced": [int((leaf < 0).sum())]})
 
 
 def _with_clusters(batch: pa.Table, placed: pa.Table) -> pa.Table:

@@ -20,22 +20,19 @@ from slm.config import config_hash
 from slm.corpus.layout import corpus_files, verify_corpus
 from slm.data import tokenizers
 from slm.data.config import StatsConfig
-from slm.data.execution import reproducible_execution
+from slm.data.execution import grouped_sums, reproducible_execution
 from slm.progress import Progress, RemoteProgress, report
 
 KEYS = ["domain", "split", "source"]
 
 
 def _count_tokens(batch: pa.Table, tokenizer: str, progress) -> pa.Table:
-    """The batch's counts: one row per (domain, split, source) in it — documents, chars, tokens."""
+    """The batch's documents with their tokens counted (``n_tokens``)."""
     texts = batch.column("text").to_pylist()
     encoded = tokenizers.load(tokenizer).encode_batch(texts, add_special_tokens=False)
     report(progress, len(texts))  # a Counter actor (slm.progress)
-    counted = pa.table({**{k: batch.column(k) for k in KEYS}, "n_chars": batch.column("n_chars").cast(pa.int64()),
-                        "n_tokens": pa.array(np.fromiter((len(e.ids) for e in encoded), np.int64, len(encoded)))})
-    summed = counted.group_by(KEYS).aggregate([("n_chars", "count"), ("n_chars", "sum"), ("n_tokens", "sum")])
-    return summed.rename_columns({"n_chars_count": "documents", "n_chars_sum": "chars",
-                                  "n_tokens_sum": "tokens"})
+    return pa.table({**{k: batch.column(k) for k in KEYS}, "n_chars": batch.column("n_chars").cast(pa.int64()),
+                     "n_tokens": pa.array(np.fromiter((len(e.ids) for e in encoded), np.int64, len(encoded)))})
 
 
 def stats_key(corpus_dir: str | Path, cfg: StatsConfig) -> str:
@@ -68,10 +65,7 @@ def corpus_stats(corpus_dir: str | Path, tokenizer: str = tokenizers.EMBEDDER, b
     with RemoteProgress(Progress("stats", "documents tokenized", documents)) as counter:
         counted = ds.map_batches(_count_tokens, fn_kwargs={"tokenizer": tokenizer, "progress": counter},
                                  batch_size=batch_size, batch_format="pyarrow")
-        partial = pa.concat_tables(ray.get(counted.to_arrow_refs()))  # a few rows per batch
-    totals = partial.group_by(KEYS).aggregate([("documents", "sum"), ("chars", "sum"), ("tokens", "sum")])
-    rows = totals.rename_columns({"documents_sum": "documents", "chars_sum": "chars", "tokens_sum": "tokens"}
-                                 ).to_pylist()
+        rows = grouped_sums(counted, KEYS, "documents", {"n_chars": "chars", "n_tokens": "tokens"})
     out = []
     for r in sorted(rows, key=lambda r: (r["domain"] != "generic", r["domain"], r["split"], r["source"])):
         out.append({k: (int(v) if isinstance(v, np.integer) else v) for k, v in r.items()})
