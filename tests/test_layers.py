@@ -113,3 +113,19 @@ def test_the_rules_find_what_they_forbid(tmp_path):
     assert imports(source, "ray") == [(1, "ray.data"), (5, "ray")]
     assert imports(source, "ray", top_level=True) == [(1, "ray.data")]
     assert imports(source) == [(2, "slm.data"), (6, "slm.data")]
+
+
+ABOVE_METHODS = [p for p in SOURCES if (layer(module_name(p)) or 0) > layer("slm.methods")]
+
+
+@pytest.mark.parametrize("path", ABOVE_METHODS, ids=lambda p: module_name(p))
+def test_no_module_above_the_methods_tests_a_method_s_name(path: Path):
+    """docs/architecture.md: everything that differs between methods is on the method; nothing outside
+    ``slm/methods/`` compares with a method's name (``methods.BASELINE`` and the other constants say which)."""
+    from slm import methods
+
+    names = set(methods.names()) | {methods.DISTILLED}
+    found = [f"line {node.lineno}: {ast.unparse(node)}" for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Compare)
+             and any(isinstance(c, ast.Constant) and c.value in names for c in [node.left, *node.comparators])]
+    assert found == [], f"{module_name(path)} tests a method's name:\n" + "\n".join(found)

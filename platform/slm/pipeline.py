@@ -28,6 +28,7 @@ from slm.artifacts import (
 )
 from slm.config import ConfigError, dump_yaml
 from slm.corpus.config import BUNDLED_DOMAINS
+from slm.corpus.layout import GENERIC
 from slm.corpus.layout import domains as corpus_domains
 from slm.job import JobConfig
 from slm.layout import MissingInputError, RunLayout, require
@@ -46,7 +47,7 @@ def stage_corpus(cfg: JobConfig, run_dir: Path) -> dict:
     manifest = build(cfg.corpus)
     imported = manifest.get("imports") or {}
     return {"corpus_dir": cfg.corpus.dir, "generic_documents": manifest.get("generic", {}).get("documents"),
-            "domains": sorted({*manifest.get("domains", {}), *(r for r in imported if r != "generic")}),
+            "domains": sorted({*manifest.get("domains", {}), *(r for r in imported if r != GENERIC)}),
             "imported": sorted(imported)}
 
 
@@ -175,10 +176,10 @@ def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
     layout = RunLayout.of(cfg)
     tokenizer = require(layout.tokenizer_json, "tokenizer")
     jobs = []
-    if {"generic", "domain"} & set(cfg.pack.sets):  # the valid and resampled sets do not read them
+    if {GENERIC, "domain"} & set(cfg.pack.sets):  # the valid and resampled sets do not read them
         assignments = require(layout.assignments, "cluster")
-    if "generic" in cfg.pack.sets:
-        jobs.append(("generic", assignments, "generic"))
+    if GENERIC in cfg.pack.sets:  # the generic corpus's set
+        jobs.append((GENERIC, assignments, GENERIC))
     for domain in cfg.resample.all_domains:
         if "domain" in cfg.pack.sets:
             jobs.append((f"domain/{domain}", assignments, domain))

@@ -360,7 +360,7 @@ def saturation(curves: list[dict], small: str) -> list[dict]:
     evaluation at half its steps)."""
     runs: dict[str, dict[int, dict]] = {}
     for point in curves:
-        if point["method"] == "generic" and point["size"] == small and point["role"] != "branch":
+        if point["method"] == methods.BASELINE and point["size"] == small and point["role"] != "branch":
             runs.setdefault(point["run"], {})[point["step"]] = point
     rows = []
     for name, points in sorted(runs.items()):
