@@ -392,9 +392,12 @@ def test_tiny_study_killed_and_rerun_runs_only_missing_trials(train_run, tmp_pat
     rerun, it runs only what had not finished; its report has the claims check."""
     overrides = train_overrides(
         train_run, "sweep.name=tiny", "sweep.methods=[generic, mixture, soup]", "sweep.sizes=[tiny]",
-        "sweep.large_size=d2", "sweep.domains=[legal]", "resample.domains=[]", "sweep.pretrain_steps=[10, 20]",
+        "sweep.large_size=d2", "sweep.domains=[legal]", "resample.domains=[]", "sweep.pretrain_steps=[10, 20, 80]",
         "sweep.domain_tokens=[3200]", "sweep.specialize_steps=[5]", "sweep.seeds=[0, 1]", "sweep.curve_every=5",
         "sweep.large_steps=15",  # the large runs end at another step than the small ones
+        # C4 at matched compute (issue 45): the student from the 10-step model, so that with its d2 teacher's
+        # cost it costs less than SLM-mix at 80 steps
+        "sweep.distill_steps=10",
         "pretrain.train.checkpoint_every=10", "specialize.train.checkpoint_every=0", "ray.include_dashboard=false",
         "ray.num_cpus=2")
     command = [sys.executable, "-m", "slm.cli", "sweep", "jobs/sweeps/study.yaml", *overrides]
@@ -434,11 +437,12 @@ def test_tiny_study_killed_and_rerun_runs_only_missing_trials(train_run, tmp_pat
     assert not set(finished_before_kill) & set(started_second), (finished_before_kill, started_second)
     assert any(name in second.stdout for name in started_second) and "valid ppl" in second.stdout  # Tune's table
     table = pq.read_table(out / "results.parquet").to_pylist()
-    cell = "p20-t3200-s5"
+    cell, top = "p10-t3200-s5", "p80-t3200-s5"  # the student's start (sweep.distill_steps); the largest budget
     assert sorted(r["trial"] for r in table) == sorted(
-        [f"{m}-tiny-p{p}-t3200-s5-seed{seed}" for m in ("generic", "mixture", "soup") for p in (10, 20) for seed in (0, 1)]
+        [f"{m}-tiny-p{p}-t3200-s5-seed{seed}" for m in ("generic", "mixture", "soup") for p in (10, 20, 80)
+         for seed in (0, 1)]
         + [f"{name}-seed{seed}" for seed in (0, 1) for name in (
-            "generic-d2-p15-t3200-s5", f"distill-tiny-from-d2-{cell}", *(f"mixture-tiny-{cell}-e{e}" for e in range(4)))])
+            "generic-d2-p15-t3200-s5", f"distill-tiny-from-d2-{cell}", *(f"mixture-tiny-{top}-e{e}" for e in range(4)))])
     for r in table:
         assert r["perplexity"] > 1 and 0 <= r["accuracy"] <= 1
         assert r["pretrain_flops"] > 0 and r["specialize_flops"] > 0 and r["generic_flops"] == r["pretrain_flops"]
@@ -446,29 +450,30 @@ def test_tiny_study_killed_and_rerun_runs_only_missing_trials(train_run, tmp_pat
     assert by["soup-tiny-p20-t3200-s5-seed1"]["pretrain_flops"] == 2 * by["soup-tiny-p10-t3200-s5-seed1"]["pretrain_flops"]
     assert by["soup-tiny-p20-t3200-s5-seed0"]["perplexity"] != by["soup-tiny-p20-t3200-s5-seed1"]["perplexity"]
     # a distilled student carries its teacher's costs: the large model's pretraining and specialization
-    # (the teacher specialized the large run's snapshot at sweep.large_steps, not at the student's 20)
+    # (the teacher specialized the large run's snapshot at sweep.large_steps, not at the student's 10)
     student, teacher = by[f"distill-tiny-from-d2-{cell}-seed0"], by["generic-d2-p15-t3200-s5-seed0"]
     plain = by[f"generic-tiny-{cell}-seed0"]
     assert student["pretrain_flops"] == pytest.approx(plain["pretrain_flops"] + teacher["pretrain_flops"])
     assert student["specialize_flops"] > plain["specialize_flops"] + teacher["specialize_flops"]  # + the teacher's forwards
-    assert {by[f"mixture-tiny-{cell}-e{e}-seed0"]["expert"] for e in range(4)} == {0, 1, 2, 3}
+    assert {by[f"mixture-tiny-{top}-e{e}-seed0"]["expert"] for e in range(4)} == {0, 1, 2, 3}
     curves = pq.read_table(out / "curves.parquet").to_pylist()
     salt = [c for c in curves if c["run"] == "salt-d2-seed1"]
     assert [c["step"] for c in salt] == [5, 10, 15] and all(c["loss"] > 0 for c in salt)
     assert {c["role"] for c in curves} >= {"large", "salt"}
     assert (out / "results.csv").exists()
-    assert {p.name for p in (out / "report").glob("*.png")} == {
-        "pretrain_cost.png", "specialize_cost.png", "inference_size.png", "domain_tokens.png", "pretrain_curves.png"}
+    assert {p.name for p in (out / "report").glob("*.png")} == {  # fitted curves: three budgets are enough
+        "pretrain_cost.png", "specialize_cost.png", "inference_size.png", "domain_tokens.png", "pretrain_curves.png",
+        "fitted_curves.png"}
     assert "Pareto-optimal" in (out / "report" / "summary.md").read_text()
-    # the generic tiny model's last doubling (10 -> 20 steps), at each seed, from the curves
-    assert "| generic-tiny-seed0 | 20 |" in (out / "report" / "summary.md").read_text()
-    assert "| generic-tiny-seed1 | 20 |" in (out / "report" / "summary.md").read_text()
+    # the generic tiny model's last doubling (40 -> 80 steps), at each seed, from the curves
+    assert "| generic-tiny-seed0 | 80 |" in (out / "report" / "summary.md").read_text()
+    assert "| generic-tiny-seed1 | 80 |" in (out / "report" / "summary.md").read_text()
     assert "-e1" not in (out / "report" / "summary.md").read_text()  # the every-expert trials are the claims' only
     claims = {c["id"]: c for c in json.loads((out / "report" / "claims.json").read_text())}
     assert sorted(claims) == [f"C{i}" for i in range(1, 7)]
     assert all(claims[c]["comparisons"] for c in ("C3", "C4", "C5", "C6")), claims
     assert "the plan has no importance" in claims["C1"]["untested"][0]  # CI size
-    assert "no pretraining budget at 0.6× the largest (12 steps" in claims["C3"]["untested"][0]
+    assert "no pretraining budget at 0.6× the largest (48 steps" in claims["C3"]["untested"][0]
 
 
 @pytest.mark.ray
