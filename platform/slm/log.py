@@ -22,9 +22,6 @@ VERBOSE_ENV = "SLM_VERBOSE"  # slm -v, inherited by the processes Ray starts (sl
 class _Stdout(logging.StreamHandler):
     """A handler on the current ``sys.stdout``, looked up at each record (not the one at its creation)."""
 
-    def __init__(self):
-        super().__init__()
-
     @property
     def stream(self):
         return sys.stdout

@@ -128,7 +128,7 @@ def stage_histogram(cfg: JobConfig, run_dir: Path) -> dict:
     left_out = sorted(set(corpus_domains(cfg.corpus.dir)) - set(result["domains"]))
     if left_out:  # not an error (a job may embed some domains only), but never silent
         log.info(f"[histogram] corpus domains with no embedded windows, so no histogram: {left_out} "
-              f"(embed.domains={cfg.embed.domains or 'every domain'})")
+                 f"(embed.domains={cfg.embed.domains or 'every domain'})")
     return {d: {"entropy": h["entropy"], "kl_to_generic": h["kl_to_generic"]} for d, h in result["domains"].items()}
 
 
@@ -296,7 +296,7 @@ def check_loggers(cfg: JobConfig) -> None:
         if section not in trained:
             if loggers != default:
                 log.warning(f"[run] warning: {section}.train.loggers lists {', '.join(loggers)}, but no stage of this job "
-                      f"trains ({cfg.stages}): nothing will be logged")
+                            f"trains ({cfg.stages}): nothing will be logged")
             continue
         for name in loggers:
             module, install = LOGGER_PACKAGES[name]
@@ -405,7 +405,7 @@ def _run_stages(cfg: JobConfig) -> dict[str, dict]:
                 results[name] = STAGES[name](cfg, run_dir)
             resources[name] = {"seconds": round(time.perf_counter() - started, 1), "peak_memory_gib": memory.peak_gib}
             log.info(f"[run] stage {name} done in {resources[name]['seconds']}s, peak memory "
-                  f"{memory.peak_gib} GiB{stage_summary(results[name])}")
+                     f"{memory.peak_gib} GiB{stage_summary(results[name])}")
     finally:
         shutdown_ray()
         # What each stage gave and took; a run of some stages replaces just their entries, so the run

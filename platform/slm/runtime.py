@@ -222,7 +222,7 @@ def init_ray(cfg: RayConfig):
         logging.getLogger("ray.data").setLevel(logging.WARNING)
         quiet_ray_data_failures()
     log.info(f"[ray] {where}; {ray.cluster_resources().get('CPU', 0):.0f} CPUs; "
-          f"{dashboard_said(getattr(context, 'dashboard_url', None), cfg.include_dashboard or bool(address))}")
+             f"{dashboard_said(getattr(context, 'dashboard_url', None), cfg.include_dashboard or bool(address))}")
     return context
 
 

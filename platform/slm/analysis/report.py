@@ -549,7 +549,7 @@ def report_tables(paths: list[str | Path], out: str | Path, plan: str | Path | N
     atomic_write_json(out / "plan.json", combined.to_json())
     if missing:
         log.info(f"[report] {len(missing)} planned trials are in none of the tables (their comparisons are "
-              f"inconclusive in claims.md): {', '.join(missing[:10])}" + (" …" if len(missing) > 10 else ""))
+                 f"inconclusive in claims.md): {', '.join(missing[:10])}" + (" …" if len(missing) > 10 else ""))
     result = report(out, out / "report")
     return {**result, "tables": [str(f) for f in folders], "missing": missing}
 

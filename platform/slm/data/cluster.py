@@ -185,7 +185,7 @@ def cluster(embed_dir: str | Path, cfg: ClusterConfig, out: str | Path) -> dict:
         "sample_windows": model["sample_windows"], "generic_windows": model["generic_windows"],
         "inertia": model["inertia"], "seconds": round(time.perf_counter() - started, 1)})
     log.info(f"[cluster] k={cfg.k}" + (f"×{cfg.fine_k}" if cfg.fine_k else "") +
-          f" fitted on {model['sample_windows']} windows; assignments in {out / 'assignments'}")
+             f" fitted on {model['sample_windows']} windows; assignments in {out / 'assignments'}")
     return manifest
 
 

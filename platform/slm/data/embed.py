@@ -275,13 +275,13 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
     dropped = drop_stale(out, fingerprints)
     if dropped:
         log.info(f"[embed] dropped {len(dropped)} shards made from other inputs or settings "
-              f"(re-imported, removed, another embed.fraction, or unreadable): {', '.join(dropped[:5])}"
-              + (" …" if len(dropped) > 5 else ""))
+                 f"(re-imported, removed, another embed.fraction, or unreadable): {', '.join(dropped[:5])}"
+                 + (" …" if len(dropped) > 5 else ""))
     shard_of = {path: shard_key(corpus_dir, path) for path in shards}
     wanted = {shard_of[path]: selected_ids(path, fraction_of[path]) for path in shards}
     todo = {shard_of[path]: path for path in shards if not (out / f"{shard_of[path]}.parquet").exists()}
     log.info(f"[embed] {len(shards) - len(todo)} of {len(shards)} shards already complete and current; "
-          f"{len(todo)} to do")
+             f"{len(todo)} to do")
     for shard in todo:  # working files of an interrupted run resume only if made from the same input
         start_work_folder(out / WORK / shard, fingerprints[shard])
 
@@ -363,7 +363,7 @@ def embed_corpus(corpus_dir: str | Path, cfg: EmbedConfig, output: str | Path | 
     }
     write_manifest(out, manifest, written=lambda rel: rel.removesuffix(".parquet") in todo)
     log.info(f"[embed] {manifest['documents']} documents → {manifest['windows']} windows in {out} "
-          f"({manifest['embedded_this_run']['windows']} embedded now, {manifest['seconds']}s)")
+             f"({manifest['embedded_this_run']['windows']} embedded now, {manifest['seconds']}s)")
     return manifest
 
 

@@ -93,8 +93,8 @@ def write_histograms(cluster_dir: str | Path, alpha: float, out: Path, domains: 
     atomic_write_json(out / "histograms.json", result)
     for domain, h in result["domains"].items():
         log.info(f"[histogram] {domain}: {h['windows']} windows, entropy over the {len(h['p'])} fine leaves "
-              f"{h['entropy']:.2f} nats, "
-              f"KL to generic {h['kl_to_generic']:.2f}")
+                 f"{h['entropy']:.2f} nats, "
+                 f"KL to generic {h['kl_to_generic']:.2f}")
     return result
 
 

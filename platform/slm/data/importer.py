@@ -1,9 +1,9 @@
 """`slm corpus import`: a user's own corpus (JSONL, Parquet or a folder of text files) as generic or a domain.
 
 Reading goes through Ray Data (as the data stages run it: ``slm.data.execution``), so a path may be
-local, a glob, or ``s3://…`` and the import scales to a cluster. Documents get the same treatment as the bundled corpus: normalized text, a stable content
-id, empty documents dropped and counted, undecodable bytes replaced and counted, domains split into
-train/valid by hash. Output is written under a temporary name and renamed into place; the corpus
+local, a glob, or ``s3://…`` and the import scales to a cluster. Documents get the same treatment as the
+bundled corpus: normalized text, a stable content id, empty documents dropped and counted, undecodable bytes
+replaced and counted, domains split into train/valid by hash. Output is written under a temporary name and renamed into place; the corpus
 manifest records the import.
 
 JSON Lines are read line by line (``JsonLinesDatasource``), so that every line is accounted for: a line
@@ -459,7 +459,7 @@ def import_corpus(
             "dropped_from_train": given.kept.count() - summary["train"]["documents"]}
     record |= {"splits": summary, "seconds": round(time.perf_counter() - started, 1)}
     log.info(f"[import] {role}: " + ", ".join(f"{split} {s['documents']} documents" for split, s in summary.items())
-          + ("" if role == GENERIC else f" (valid split from {record['valid_split']['from']})"))
+             + ("" if role == GENERIC else f" (valid split from {record['valid_split']['from']})"))
     manifest = read_manifest(corpus_dir) or {"stage": "corpus"}
     # The bundled build's description of this role no longer holds: the import replaced it.
     if role == GENERIC:

@@ -168,7 +168,7 @@ def write_pinned(cluster_dir: str | Path, path: str | Path, cfg: ClusterConfig, 
     with atomic_path(path) as tmp:
         pq.write_table(distinct, tmp, compression="zstd", compression_level=19)
     log.info(f"[cluster] pinned {distinct.num_rows} distinct windows ({table.num_rows} in all) to {path} "
-          f"({path.stat().st_size / 2**20:.1f} MiB, fingerprint {header['fingerprint']})")
+             f"({path.stat().st_size / 2**20:.1f} MiB, fingerprint {header['fingerprint']})")
     return header
 
 
@@ -252,7 +252,7 @@ def cluster_pinned(corpus_dir: str | Path, cfg: ClusterConfig, embed: EmbedConfi
                          f"({unpinned / total:.1%} > cluster.max_unpinned={cfg.max_unpinned}): by source, {by_source}. "
                          "Was it made from another corpus? (A part that grows the file sets cluster.max_unpinned=1.)")
     log.info(f"[cluster] {total - unpinned} of {total} windows found in {pinned.path}; {unpinned} to embed and assign "
-          "to its centroids" + (f" ({by_source})" if unpinned else ""))
+             "to its centroids" + (f" ({by_source})" if unpinned else ""))
     out.mkdir(parents=True, exist_ok=True)
     centroids = save_centroids(out / "centroids.npz", pinned.coarse_centroids, pinned.fine_centroids)
     embed_cfg = asdict(replace(embed, compile=resolve_compile(embed)))

@@ -91,7 +91,7 @@ def valid_arrays(layout: RunLayout, domains: list[str]) -> dict[str, str]:
     out = {d: str(materialize(layout.packed_valid(d))) for d in domains if (layout.packed_valid(d) / "data").exists()}
     if not out:
         log.info(f"[train] no valid split packed under {layout.packed('valid')} "
-              f"(pack.sets without 'valid'): no evaluation")
+                 f"(pack.sets without 'valid'): no evaluation")
     return out
 
 

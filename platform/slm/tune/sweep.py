@@ -390,7 +390,7 @@ def run_wave(cfg: SweepJob, trials: list[Trial], wave: int, runs: dict[str, Pret
     pending = [t for t in trials if t.name not in rows]
     if rows:
         log.info(f"[sweep] wave {wave}: {len(rows)} of {len(trials)} trials finished earlier (rows read from their "
-              f"folders); {len(pending)} to run")
+                 f"folders); {len(pending)} to run")
     if not pending:
         return list(rows.values()), []
     storage = cfg.sweep.storage_path or str((out / "tune").resolve())
@@ -466,7 +466,7 @@ def run_sweep(cfg: SweepJob) -> dict:
             experiment = f"{tracking.experiment}: {cfg.sweep.name} results"
             write_mlflow(results, tracking.mlflow_uri, experiment)
             log.info(f"[sweep] results table in MLflow: experiment {experiment!r} at {tracking.mlflow_uri} "
-                  "(select its runs, Compare)")
+                     "(select its runs, Compare)")
     log.info(f"[sweep] {len(results)} of {len(p.trials)} trials finished; results in {table}")
     if failed:  # the table keeps what finished; the stage fails so that scripts and CI see it
         raise RuntimeError(f"sweep: {len(failed)} trials failed (the results table holds the {len(results)} of "
