@@ -39,7 +39,10 @@ def head_node(tmp_path_factory):
     temp_dir = Path(f"/tmp/slm-head-{os.getpid()}")  # Ray's socket paths must stay short
     port, dashboard_port = _free_port(), _free_port()
     bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "RAY_USAGE_STATS_ENABLED": "0"}
+    # Task events every 3 s (Ray's default: 1 s): a job that leaves before its workers have sent their
+    # tasks' last states then loses them every time, not one run in many (issue 46, ray-project/ray#56427).
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_task_events_report_interval_ms": "3000"}
     env.pop("RAY_ADDRESS", None)
     log = (tmp_path / "head.log").open("w")
     proc = subprocess.Popen(
@@ -51,15 +54,13 @@ def head_node(tmp_path_factory):
          f"--metrics-export-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}"],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{dashboard_port}"
-    token = (Path.home() / ".ray" / "auth_token")
     from ray.job_submission import JobSubmissionClient
 
     client, deadline = None, time.time() + 120
     while time.time() < deadline:
         assert proc.poll() is None, (tmp_path / "head.log").read_text()
         try:
-            headers = {"Authorization": f"Bearer {token.read_text().strip()}"} if token.exists() else None
-            client = JobSubmissionClient(url, headers=headers)
+            client = JobSubmissionClient(url, headers=auth_headers())
             client.list_jobs()
             break
         except Exception:
@@ -79,6 +80,24 @@ def head_node(tmp_path_factory):
         proc.wait(timeout=30)
     log.close()
     shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def auth_headers() -> dict[str, str] | None:
+    """The head's token (`ray start` writes it) as the bearer header its HTTP APIs want. Passed explicitly:
+    Ray reads RAY_AUTH_MODE once per process, so setting it in a test comes too late where an earlier
+    call has read it."""
+    token = Path.home() / ".ray" / "auth_token"
+    return {"Authorization": f"Bearer {token.read_text().strip()}"} if token.exists() else None
+
+
+def listed_tasks(url: str, **filters: str) -> list:
+    """The tasks the head's state API lists with ``filters`` (column = value), every state."""
+    from ray.util.state import StateApiClient
+    from ray.util.state.common import ListApiOptions, StateResource
+
+    options = ListApiOptions(filters=[(k, "=", v) for k, v in filters.items()], detail=False)
+    return StateApiClient(address=url, headers=auth_headers()).list(StateResource.TASKS, options=options,
+                                                                    raise_on_missing_output=False)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -120,7 +139,7 @@ def submit_and_wait(client, entrypoint: str, timeout: float = 300) -> tuple[str,
 
 
 @pytest.mark.slow  # ~70 s; the head node's token auth stays in the default suite
-def test_submit_stats_job_to_a_head_node(head_node, user_corpus_dir, tmp_path, monkeypatch):
+def test_submit_stats_job_to_a_head_node(head_node, user_corpus_dir, tmp_path):
     client, url = head_node
     from ray.job_submission import JobStatus
 
@@ -134,11 +153,26 @@ def test_submit_stats_job_to_a_head_node(head_node, user_corpus_dir, tmp_path, m
     assert (runs / "corpus-stats" / "config.yaml").exists()
     # Issue 46: a job that succeeded showed "Failed: 89" in the dashboard (Ray Data's FooterReader actors,
     # killed after listing, and a hash shuffle's aggregators). None now, as `ray list tasks` sees them.
-    from ray.util.state import list_tasks
-
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")
-    failed = list_tasks(address=url, filters=[("state", "=", "FAILED")], raise_on_missing_output=False)
+    failed = listed_tasks(url, state="FAILED")
     assert failed == [], [(t.name, t.error_type) for t in failed]
+
+
+@pytest.mark.slow  # ~20 s on top of the head node
+def test_a_job_leaves_no_task_unfinished(head_node):
+    """Tasks that report progress just before the driver leaves: a cluster that outlives the driver
+    force-exits the job's workers, and what a worker had not yet sent of its tasks' states was lost — the
+    calls it made listed FAILED (WORKER_DIED) or not at all (ray-project/ray#56427). `shutdown_ray` waits
+    one reporting interval first: every call listed, FINISHED."""
+    from ray.job_submission import JobStatus
+
+    client, url = head_node
+    tasks = 8
+    status, logs = submit_and_wait(client, f"python tests/progress_job.py {tasks}", timeout=120)
+    assert status == JobStatus.SUCCEEDED, logs
+    assert f"progress-job: {tasks} of {tasks} units reported" in logs
+    job_id = next(j.job_id for j in client.list_jobs() if j.entrypoint.startswith("python tests/progress_job.py"))
+    adds = listed_tasks(url, job_id=job_id, func_or_class_name="Counter.add")
+    assert sorted(t.state for t in adds) == ["FINISHED"] * tasks, [(t.state, t.error_type) for t in adds]
 
 
 @pytest.mark.slow  # ~1.5 min on top of the head node; run with -m slow

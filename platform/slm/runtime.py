@@ -175,6 +175,12 @@ def quiet_ray_data_failures() -> None:
 # that had Ray already (the test session's, in-process `run_job`) stopped it: SIGTERM to its GCS, and the
 # next test that needed it waited forever (issue 44).
 _started_here = False
+# Whether that connection is to a cluster that outlives this driver (a persistent head, `ray job submit`),
+# whose dashboard keeps listing this job's tasks after it ends.
+_connected_to_cluster = False
+# How long the workers' task events take to reach the GCS: each Ray process sends them every
+# `task_events_report_interval_ms` (1,000 by Ray's default; its variable is spelt in lower case).
+TASK_EVENTS_INTERVAL_S = float(os.environ.get("RAY_task_events_report_interval_ms", 1000)) / 1000  # noqa: SIM112
 
 
 def init_ray(cfg: RayConfig):
@@ -183,7 +189,7 @@ def init_ray(cfg: RayConfig):
     import ray  # here, not at the top: the CLI's quick commands (config, corpus) never import Ray
     from ray.job_config import JobConfig as RayJobConfig
 
-    global _started_here
+    global _started_here, _connected_to_cluster
     if ray.is_initialized():  # someone else's Ray (a test session's, a notebook's): used, never stopped
         return ray.get_runtime_context()
     configure_output(verbose())
@@ -216,7 +222,7 @@ def init_ray(cfg: RayConfig):
             job_config=job_config,
         )
         where = "started an embedded local Ray"
-    _started_here = True
+    _started_here, _connected_to_cluster = True, bool(address)
     private_auth_token()  # before (a token from an earlier Ray) and after (one this start wrote)
     if not verbose():  # Ray Data's execution plans and per-dataset statistics: INFO lines by the dozen
         logging.getLogger("ray.data").setLevel(logging.WARNING)
@@ -285,10 +291,17 @@ def shutdown_ray() -> None:
     """End the Ray connection ``init_ray`` made (and the local Ray it started); leave one it found."""
     import ray  # as in init_ray: the quick commands never import Ray
 
-    global _started_here
+    global _started_here, _connected_to_cluster
     if _started_here and ray.is_initialized():
+        if _connected_to_cluster:
+            # A cluster that outlives this driver force-exits the job's workers when the driver leaves,
+            # and a task whose last state a worker had not sent yet (a `Progress(pack).add` a Ray Data task
+            # made in the stage's last second) is then marked FAILED, WORKER_DIED, in a job that succeeded
+            # (ray-project/ray#56427, open in Ray 2.60; issue 46). Waiting two reporting intervals lets
+            # every worker send its tasks' final states first.
+            time.sleep(2 * TASK_EVENTS_INTERVAL_S)
         ray.shutdown()
-    _started_here = False
+    _started_here = _connected_to_cluster = False
 
 
 def _proportional(p: psutil.Process) -> int:
