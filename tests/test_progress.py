@@ -29,8 +29,22 @@ def test_lines_come_every_interval_with_rate_and_time_left():
     assert len(lines) == 1  # 10 s after the last line
     clock.now = 100
     p.update(1000)
+    clock.now = 130  # the stage goes on after its last unit (a sort, a write)
     p.close()
-    assert lines[1:] == ["[embed] 1,000/1,000 documents (100%), 10/s, in 1 min 40 s"] * 2
+    # said once, with the work's rate and time, not the stage's
+    assert lines[1:] == ["[embed] 1,000/1,000 documents (100%), 10/s, in 1 min 40 s"]
+
+
+def test_the_last_line_times_the_work_not_what_follows_it():
+    clock, lines = Clock(), []
+    p = Progress("pack", "windows", 100, every_s=30, clock=clock, out=lines.append)
+    clock.now = 31
+    p.update(50)
+    clock.now = 40
+    p.update(100)  # done at 40 s, under the interval since the last line: quiet
+    clock.now = 59
+    p.close()
+    assert lines[1:] == ["[pack] 100/100 windows (100%), 2.5/s, in 40 s"]
 
 
 def test_a_stage_shorter_than_the_interval_prints_nothing_and_slow_rates_read_per_minute():

@@ -43,10 +43,14 @@ class Progress:
         self.out = out or log.info
         self.done, self.started = 0, clock()
         self.printed_at: float | None = None
+        self.printed_done = 0  # the count the last line said
+        # When the count reached the total: the rate and "in …" are the work's, not the stage's (which
+        # goes on, a sort and a write after the last window is tokenized).
+        self.finished_at: float | None = None
         self.first: tuple[float, int] | None = None  # (when, how many) at the first update with work done
 
     def line(self) -> str:
-        now = self.clock()
+        now = self.finished_at if self.finished_at is not None else self.clock()
         elapsed = now - self.started
         share = f" ({self.done / self.total:.0%})" if self.total else ""
         text = f"[{self.tag}] {self.done:,}/{self.total:,} {self.unit}{share}"
@@ -71,18 +75,22 @@ class Progress:
             self.first = (self.clock(), done)
         self.done = done
         now = self.clock()
+        if done >= self.total and self.finished_at is None:
+            self.finished_at = now
         if self.total <= 0:  # nothing to do (a fully pinned cluster stage): nothing to report
             return
         if now - (self.printed_at if self.printed_at is not None else self.started) >= self.every_s:
-            self.printed_at = now
+            self.printed_at, self.printed_done = now, done
             self.out(self.line())
 
     def add(self, n: int) -> None:
         self.update(self.done + n)
 
     def close(self) -> None:
-        """The last line, when any was printed (a stage that took under ``every_s`` prints none)."""
-        if self.printed_at is not None:
+        """The last line, when any was printed (a stage that took under ``every_s`` prints none) and the last
+        one did not already say it."""
+        if self.printed_at is not None and self.printed_done != self.done:
+            self.printed_done = self.done
             self.out(self.line())
 
 
