@@ -162,7 +162,7 @@ def test_a_job_leaves_no_task_unfinished(head_node):
     """Tasks that report progress just before the driver leaves: a cluster that outlives the driver
     force-exits the job's workers, and what a worker had not yet sent of its tasks' states was lost — the
     calls it made listed FAILED (WORKER_DIED) or not at all (ray-project/ray#56427). `shutdown_ray` waits
-    one reporting interval first: every call listed, FINISHED."""
+    two reporting intervals first: every call listed, FINISHED."""
     from ray.job_submission import JobStatus
 
     client, url = head_node
