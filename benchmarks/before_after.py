@@ -20,11 +20,19 @@ two, and whether their results tables are identical in every column but device-s
 HEAD`` it is the reproducibility check: the same commit twice.
 Needs a run directory with a tokenizer and ``packed/generic`` (the quickstart job makes them; the sweep
 reads the rest of that directory too).
+
+    python benchmarks/before_after.py --base 64d6a46 --report benchmarks/results/study [--out FILE]
+
+``slm report`` over committed tables instead (``--plan``: default ``DIR/plan.json``), each checkout's in its own
+process: the wall times, their ratio, and every output file compared byte for byte (a faster report must
+write the same one). Then, in this process, the table's curve fits (``ladder.families``) timed with the BLAS
+threads as the library leaves them and with one thread, as ``curves.fit`` runs them.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -91,6 +99,41 @@ def one_sweep(checkout: Path, root: Path, corpus_dir: Path, name: str, spec: str
             "table": table}
 
 
+def one_report(checkout: Path, tables: Path, plan: Path, out: Path) -> dict:
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "slm.cli", "report", "--tables", str(tables), "--plan", str(plan),
+                           "--out", str(out)], cwd=checkout, env=checkout_env(checkout), capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"slm report at {checkout} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    return {"wall_s": round(wall, 1), "files": {str(f.relative_to(out)): hashlib.sha256(f.read_bytes()).hexdigest()
+                                                for f in sorted(out.rglob("*")) if f.is_file()}}
+
+
+def fit_threads(table: Path) -> dict:
+    """``ladder.families`` over a table: ``curves.fit`` as shipped (one BLAS thread) against the same fit with
+    the BLAS threads the library starts with, alternating twice."""
+    from threadpoolctl import threadpool_info
+
+    from slm.analysis import curves, ladder
+    from slm.tune.table import read_table
+
+    trials, shipped = read_table(table), curves.fit
+    times: dict[str, list[float]] = {"library_threads": [], "one_thread": []}
+    try:
+        for _ in range(2):
+            for name, fit in (("library_threads", shipped.__wrapped__), ("one_thread", shipped)):
+                curves.fit = fit
+                started = time.perf_counter()
+                ladder.families(trials)
+                times[name].append(round(time.perf_counter() - started, 2))
+    finally:
+        curves.fit = shipped
+    return {"blas": [(i["internal_api"], i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas"],
+            "families_s": times, "library_over_one_thread": round(
+                statistics.mean(times["library_threads"]) / statistics.mean(times["one_thread"]), 2)}
+
+
 def compare_sweeps(runs: dict[str, list[dict]]) -> dict:
     base, current = runs["base"][0]["perplexity"], runs["current"][0]["perplexity"]
     if set(base) != set(current):
@@ -113,11 +156,16 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="time the quickstart sweep end to end instead")
     ap.add_argument("--spec", default="", help="with --sweep: a sweep spec both checkouts run (default: each "
                     "checkout's own jobs/sweeps/quickstart.yaml, as shipped)")
+    ap.add_argument("--report", default="", help="time `slm report --tables DIR` instead")
+    ap.add_argument("--plan", default="", help="with --report: the plan (default: DIR/plan.json)")
     ap.add_argument("--rounds", type=int, default=0, help="alternating rounds (default: 2; 1 with --sweep)")
     ap.add_argument("--out", default="")
     ap.add_argument("--keep", action="store_true", help="keep the scratch run directory (the sweeps' outputs)")
     args = ap.parse_args()
 
+    if args.report:
+        print(json.dumps(report_speed(args), indent=2))
+        return
     rounds = args.rounds or (1 if args.sweep else 2)
     source = Path(args.run_dir).expanduser().resolve()
     scratch = Path(tempfile.mkdtemp(prefix="slm-bench-before-after-"))
@@ -146,8 +194,7 @@ def main() -> None:
             print(f"kept {scratch}", file=sys.stderr)
         else:
             shutil.rmtree(scratch, ignore_errors=True)
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = _head()
     if args.sweep:
         job = f"slm sweep {args.spec or 'jobs/sweeps/quickstart.yaml'}"
         result = {"base": args.base, "current": commit, "job": job,
@@ -164,6 +211,39 @@ def main() -> None:
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
+
+
+def report_speed(args: argparse.Namespace) -> dict:
+    tables = Path(args.report).resolve()
+    plan = Path(args.plan).resolve() if args.plan else tables / "plan.json"
+    scratch = Path(tempfile.mkdtemp(prefix="slm-bench-report-"))
+    base = scratch / "base"
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), args.base], check=True,
+                   capture_output=True)
+    runs: dict[str, list[dict]] = {"base": [], "current": []}
+    try:
+        for i in range(args.rounds or 1):
+            runs["base"].append(one_report(base, tables, plan, scratch / f"base-{i}"))
+            runs["current"].append(one_report(REPO, tables, plan, scratch / f"current-{i}"))
+        fits = fit_threads(scratch / "current-0")  # the combined table the report wrote
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)], check=False)
+        shutil.rmtree(scratch, ignore_errors=True)
+    files = [r.pop("files") for v in runs.values() for r in v]
+    mean = {k: statistics.mean(r["wall_s"] for r in v) for k, v in runs.items()}
+    result = {"base": args.base, "current": _head(), "job": f"slm report --tables {args.report}", "runs": runs,
+              "current_over_base_wall_s": round(mean["current"] / mean["base"], 3),
+              "identical_outputs": all(f == files[0] for f in files), "files": len(files[0]),
+              "differing": sorted({n for f in files for n in f if f.get(n) != files[0].get(n)}),
+              "fits": fits}
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def _head() -> str:
+    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
 
 
 if __name__ == "__main__":

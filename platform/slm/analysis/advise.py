@@ -43,7 +43,10 @@ def _cost(r: dict, what: str, unit: str) -> float:
 
 
 def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: float, inference_budget: float,
-           domain_tokens: int, domains: int = 1, unit: str = "flops", domain: str | None = None) -> dict:
+           domain_tokens: int, domains: int = 1, unit: str = "flops", domain: str | None = None,
+           families: list[ladder.Family] | None = None) -> dict:
+    """The measured answer and the curves' at these budgets; ``families``: ``rows``' fitted families
+    (``ladder.families``) when the caller has them."""
     if unit not in ("flops", "device_seconds"):
         raise ValueError(f"unit must be 'flops' or 'device_seconds', got {unit!r}")
     if domains < 1:
@@ -70,7 +73,7 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
                          f"a larger model or longer run could do better, but the sweep did not measure it")
         if limit[key] < low:
             notes.append(f"the {key} budget {limit[key]:.3g} is below everything measured (min {low:.3g})")
-    from_curves = curve_advice(trials, domain=domain, **limit) if unit == "flops" else None
+    from_curves = curve_advice(trials, families, domain=domain, **limit) if unit == "flops" else None
     if not admissible:
         return {"answer": None, "evidence": [], "excluded": excluded(rows, None, value, limit), "notes": notes + [
             "no measured row fits all the budgets: the request lies outside what was measured; "
@@ -106,10 +109,11 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
             "curves": from_curves}
 
 
-def curve_advice(trials: list[dict], *, pretrain: float, specialization: float, inference: float,
-                 domain_tokens: int, domain: str | None) -> dict:
-    """The curves' answer at exactly these budgets (see the module's docstring)."""
-    fams = ladder.families(trials)
+def curve_advice(trials: list[dict], fams: list[ladder.Family] | None, *, pretrain: float, specialization: float,
+                 inference: float, domain_tokens: int, domain: str | None) -> dict:
+    """The curves' answer at exactly these budgets (see the module's docstring); ``fams``: the table's fitted
+    families when the caller has them (fitting is the slow part, and a report asks at every budget)."""
+    fams = ladder.families(trials) if fams is None else fams
     predictions, notes = ladder.predict(fams, pretrain_budget=pretrain, specialization_budget=specialization,
                                         inference_budget=inference, domain_tokens=domain_tokens, domain=domain)
 

@@ -28,6 +28,7 @@ from typing import Literal
 
 import numpy as np
 from scipy import optimize, stats
+from threadpoolctl import ThreadpoolController
 
 HUBER_DELTA = 1e-3
 ALPHA_BOUNDS = (1e-3, 3.0)
@@ -266,6 +267,12 @@ def _at_bound(p: Params, y_min: float) -> str | None:
     return None
 
 
+# A fit is thousands of L-BFGS-B iterations on three parameters: BLAS threads only add their wake-ups, which
+# on cores busy with training cost ~7x (benchmarks/results/report_speed.json).
+_BLAS = ThreadpoolController()
+
+
+@_BLAS.wrap(limits=1, user_api="blas")
 def fit(points: list[Point], level: float = 0.95) -> Fit:
     """The curve through ``points`` and through each seed's (see the module's docstring)."""
     budgets = tuple(sorted({p.x for p in points}))

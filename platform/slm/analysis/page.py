@@ -16,6 +16,7 @@ from pathlib import Path
 from markdown_it import MarkdownIt
 
 from slm import methods
+from slm.analysis import ladder
 from slm.analysis.advise import advise
 from slm.analysis.results import total_flops
 from slm.analysis.stats import half_width
@@ -82,10 +83,11 @@ def interval(r: dict) -> str:
     return f"{r['perplexity']:.2f} [{r['perplexity'] - h:.2f}, {r['perplexity'] + h:.2f}]"
 
 
-def advice_rows(trials: list[dict], rows: list[dict]) -> list[list[str]]:
+def advice_rows(trials: list[dict], rows: list[dict], families: list[ladder.Family]) -> list[list[str]]:
     """``slm advise`` at every budget the sweep measured: per domain, in-domain data size, served size and
     pretraining budget, the specialization budget unbounded. A pretraining budget is a swept step count at
-    the most any method spent on it (methods' FLOPs per step differ a little: each step count is one level)."""
+    the most any method spent on it (methods' FLOPs per step differ a little: each step count is one level).
+    ``families``: the table's fitted curves, fitted once for every budget asked."""
     out = []
     generic = [r for r in rows if r["generic_flops"] > 0]  # SLM-is spends its pretraining per domain
     pretrain_levels = sorted({max(r["generic_flops"] for r in generic if r["pretrain_steps"] == steps)
@@ -96,7 +98,8 @@ def advice_rows(trials: list[dict], rows: list[dict]) -> list[list[str]]:
             for inference in size_levels:
                 for pretrain in pretrain_levels:
                     a = advise(trials, pretrain_budget=pretrain, specialization_budget=math.inf,
-                               inference_budget=inference, domain_tokens=tokens, domain=domain)
+                               inference_budget=inference, domain_tokens=tokens, domain=domain,
+                               families=families)
                     budget = [_e(domain), f"{tokens:,}", f"{inference:.3g}", f"{pretrain:.3g}"]
                     if a["answer"] is None:
                         out.append(budget + ["no measured setting fits", "", "", ""])
@@ -118,7 +121,7 @@ def advice_rows(trials: list[dict], rows: list[dict]) -> list[list[str]]:
 
 
 def page(name: str, trials: list[dict], rows: list[dict], plan: Plan, out: Path, front: set[str], near: set[str],
-         caption: str, missing: list[str]) -> Path:
+         caption: str, missing: list[str], families: list[ladder.Family]) -> Path:
     """Write ``out/report.html`` from the folded settings (``rows``), the figures and claims.md in ``out``."""
     seeds = max(r["n"] for r in rows)
     finished = sum(finite(t["perplexity"]) for t in trials)
@@ -147,7 +150,7 @@ def page(name: str, trials: list[dict], rows: list[dict], plan: Plan, out: Path,
               "<code>slm advise --sweep SWEEP --pretrain-budget … --specialization-budget … --inference-budget … "
               "--domain-tokens … --domains N</code>.</p>",
               _table(["domain", "in-domain tokens", "inference budget (FLOPs/token)", "pretraining budget (FLOPs)",
-                      "build", "ppl", "margin", "verdict"], advice_rows(trials, rows), numeric={1, 2, 3, 5})]
+                      "build", "ppl", "margin", "verdict"], advice_rows(trials, rows, families), numeric={1, 2, 3, 5})]
 
     parts.append('<h2 id="figures">Figures</h2>')
     for png, what in FIGURES.items():

@@ -607,7 +607,7 @@ def report(sweep: str | Path, out: str | Path | None = None) -> dict:
     measured = {t["trial"] for t in trials if finite(t["perplexity"])}
     html = page(sweep.name, trials, rows, plan, out, front={r["trial"] for r in pareto(rows, "_total")},
                 near={r["trial"] for r in near_front(rows, "_total")}, caption=caption(rows),
-                missing=sorted(t.name for t in plan.trials if t.name not in measured))
+                missing=sorted(t.name for t in plan.trials if t.name not in measured), families=fams)
     return {"report": str(out), "html": str(html), "plots": plots, "rows": len(rows),
             "claims": {c.id: c.verdict for c in claims}}
 
