@@ -115,3 +115,6 @@ def test_one_seed_gives_a_curve_without_an_interval(seeds):
     best = a["curves"]["answer"]
     assert best["seeds"] == 1 and not math.isfinite(best["high"])
     assert "interval unknown: fewer than two seeds" in format_advice(a)
+    (found,) = ladder.crossings(ladder.families(table(seeds=seeds)))
+    assert "cross at" in ladder.describe_crossing(found) and "no interval: one seed;" in ladder.describe_crossing(found)
+    assert curves.fit([curves.Point(1e12, 3.0, 0)]).why == "1 budget: a curve needs at least 3"

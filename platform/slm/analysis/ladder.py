@@ -139,6 +139,7 @@ def describe_crossing(c: CellCrossing) -> str:
     at = x.at
     where = "extrapolated, beyond the measured budgets" if at.extrapolated else "within the measured budgets"
     spread = (f"95% interval {at.low:.3g} to {at.high:.3g}" if math.isfinite(at.high) and at.low > 0 else
+              "no interval: one seed" if x.seeds < 2 else
               f"no interval: {x.seeds - x.seeds_crossing} of {x.seeds} seeds' curves do not cross in the range")
     return (f"{names['a']} and {names['b']} cross at {at.value:.3g} pretraining FLOPs ({spread}; {where}): "
             f"{names[x.below_after]} is lower beyond it")
