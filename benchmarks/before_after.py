@@ -24,9 +24,10 @@ reads the rest of that directory too).
     python benchmarks/before_after.py --base 64d6a46 --report benchmarks/results/study [--out FILE]
 
 ``slm report`` over committed tables instead (``--plan``: default ``DIR/plan.json``), each checkout's in its own
-process: the wall times, their ratio, and every output file compared byte for byte (a faster report must
-write the same one). Then, in this process, the table's curve fits (``ladder.families``) timed with the BLAS
-threads as the library leaves them and with one thread, as ``curves.fit`` runs them.
+process (``--current REV``: that commit's instead of this checkout): the wall times, their ratio, and every
+output file compared byte for byte (a faster report must write the same one). Then, in this process (this
+checkout's code), the table's curve fits (``ladder.families``) timed with the BLAS threads as the library
+leaves them and with one thread, as ``curves.fit`` runs them.
 """
 
 from __future__ import annotations
@@ -158,6 +159,7 @@ def main() -> None:
                     "checkout's own jobs/sweeps/quickstart.yaml, as shipped)")
     ap.add_argument("--report", default="", help="time `slm report --tables DIR` instead")
     ap.add_argument("--plan", default="", help="with --report: the plan (default: DIR/plan.json)")
+    ap.add_argument("--current", default="", help="with --report: a commit instead of this checkout")
     ap.add_argument("--rounds", type=int, default=0, help="alternating rounds (default: 2; 1 with --sweep)")
     ap.add_argument("--out", default="")
     ap.add_argument("--keep", action="store_true", help="keep the scratch run directory (the sweeps' outputs)")
@@ -217,21 +219,25 @@ def report_speed(args: argparse.Namespace) -> dict:
     tables = Path(args.report).resolve()
     plan = Path(args.plan).resolve() if args.plan else tables / "plan.json"
     scratch = Path(tempfile.mkdtemp(prefix="slm-bench-report-"))
-    base = scratch / "base"
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), args.base], check=True,
-                   capture_output=True)
+    checkouts = {"base": scratch / "base", "current": scratch / "current" if args.current else REPO}
+    for name, rev in (("base", args.base), ("current", args.current)):
+        if rev:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(checkouts[name]), rev],
+                           check=True, capture_output=True)
     runs: dict[str, list[dict]] = {"base": [], "current": []}
     try:
         for i in range(args.rounds or 1):
-            runs["base"].append(one_report(base, tables, plan, scratch / f"base-{i}"))
-            runs["current"].append(one_report(REPO, tables, plan, scratch / f"current-{i}"))
+            for name in runs:
+                runs[name].append(one_report(checkouts[name], tables, plan, scratch / f"{name}-{i}"))
         fits = fit_threads(scratch / "current-0")  # the combined table the report wrote
     finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)], check=False)
+        for checkout in checkouts.values():
+            if checkout != REPO:
+                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(checkout)], check=False)
         shutil.rmtree(scratch, ignore_errors=True)
     files = [r.pop("files") for v in runs.values() for r in v]
     mean = {k: statistics.mean(r["wall_s"] for r in v) for k, v in runs.items()}
-    result = {"base": args.base, "current": _head(), "job": f"slm report --tables {args.report}", "runs": runs,
+    result = {"base": args.base, "current": args.current or _head(), "job": f"slm report --tables {args.report}", "runs": runs,
               "current_over_base_wall_s": round(mean["current"] / mean["base"], 3),
               "identical_outputs": all(f == files[0] for f in files), "files": len(files[0]),
               "differing": sorted({n for f in files for n in f if f.get(n) != files[0].get(n)}),
