@@ -69,6 +69,15 @@ def test_advice_between_the_budgets_is_interpolated_with_its_interval():
     assert "interpolated within the measured 1e+12-3.2e+13" in text and "EXTRAPOLATED" not in text.split("Next")[0]
 
 
+def test_advice_from_the_report_s_fits_is_the_advice_that_fits_its_own():
+    """The report fits a table's curves once and asks at every budget with them (``families``)."""
+    rows = table()
+    fams = ladder.families(rows)
+    for at in (6e12, 1e14):
+        assert advise(rows, pretrain_budget=at, specialization_budget=1e12, inference_budget=1e7, domain_tokens=25000,
+                      families=fams) == ask(rows, at)
+
+
 def test_advice_beyond_the_budgets_is_an_extrapolation_and_says_so():
     a = ask(table(), 1e14)
     best = a["curves"]["answer"]
