@@ -228,8 +228,9 @@ def report_speed(args: argparse.Namespace) -> dict:
     try:
         for i in range(args.rounds or 1):
             for name in runs:
-                runs[name].append(one_report(checkouts[name], tables, plan, scratch / f"{name}-{i}"))
-        fits = fit_threads(scratch / "current-0")  # the combined table the report wrote
+                # one folder name for every run: the page's title is the folder's name
+                runs[name].append(one_report(checkouts[name], tables, plan, scratch / f"{name}-{i}" / tables.name))
+        fits = fit_threads(scratch / "current-0" / tables.name)  # the combined table the report wrote
     finally:
         for checkout in checkouts.values():
             if checkout != REPO:

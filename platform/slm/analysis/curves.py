@@ -268,7 +268,7 @@ def _at_bound(p: Params, y_min: float) -> str | None:
 
 
 # A fit is thousands of L-BFGS-B iterations on three parameters: BLAS threads only add their wake-ups, which
-# on cores busy with training cost ~7x (benchmarks/results/report_speed.json).
+# cost most on cores busy with training (docs/budgets.md, benchmarks/results/report_speed.json).
 _BLAS = ThreadpoolController()
 
 
