@@ -279,8 +279,8 @@ def fit(points: list[Point], level: float = 0.95) -> Fit:
     seeds = tuple(sorted({p.seed for p in points if p.seed is not None}))
     sd, dof = _seed_sd(points)
     if len(budgets) < 3:
-        return Fit(None, None, {}, budgets, seeds, f"{len(budgets)} budget{'s' * (len(budgets) != 1)}: a curve needs at least 3", sd, dof,
-                   level, tuple(points))
+        why = f"{len(budgets)} budget{'s' * (len(budgets) != 1)}: a curve needs at least 3"
+        return Fit(None, None, {}, budgets, seeds, why, sd, dof, level, tuple(points))
     x = np.array([p.x for p in points], dtype=float)
     y = np.array([p.y for p in points], dtype=float)
     if (y <= 0).any() or (x <= 0).any():

@@ -406,8 +406,9 @@ def saturation_lines(found: tuple[fits.Fit, fits.Saturation] | None, params: int
     def per_param(steps: float) -> str:
         return f", {steps * tokens_per_step / params:,.0f} tokens per parameter" if params and tokens_per_step else ""
 
+    seeds = f"{len(fit.per_seed)} seed{'s' * (len(fit.per_seed) != 1)}"
     lines = ["", f"The generic model's saturation, from the curve through its fully trained budgets ({fit.form}; "
-             f"{fit.why}; {len(fit.per_seed)} seed{'s' * (len(fit.per_seed) != 1)}): the macro valid loss changes by {c.value:+.2%} over the doubling "
+             f"{fit.why}; {seeds}): the macro valid loss changes by {c.value:+.2%} over the doubling "
              f"to {s.largest:,.0f} steps (95% interval {c.low:+.2%} to {c.high:+.2%}{per_param(s.largest)}): "
              f"{verdict} against {SATURATED:.0%}."]
     if fit.form == "power law":
