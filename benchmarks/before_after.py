@@ -42,6 +42,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -64,6 +66,17 @@ wall = time.perf_counter() - t
 print(json.dumps({"slm": slm.__file__, "step_s": round(steady(times, SKIP_STEPS // LOG_EVERY), 4),
                   "wall_s": round(wall, 1), "final_loss": summary["final_loss"]}))
 """
+
+
+@contextmanager
+def worktree(rev: str, path: Path) -> Iterator[Path]:
+    """``rev`` checked out at ``path`` (a detached git worktree), removed on the way out."""
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(path), rev], check=True,
+                   capture_output=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)], check=False)
 
 
 def checkout_env(checkout: Path) -> dict:
@@ -102,13 +115,15 @@ def one_sweep(checkout: Path, root: Path, corpus_dir: Path, name: str, spec: str
 
 def one_report(checkout: Path, tables: Path, plan: Path, out: Path) -> dict:
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "slm.cli", "report", "--tables", str(tables), "--plan", str(plan),
-                           "--out", str(out)], cwd=checkout, env=checkout_env(checkout), capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "slm.cli", "report", "--tables", str(tables), "--plan",
+                           str(plan), "--out", str(out)], cwd=checkout, env=checkout_env(checkout),
+                          capture_output=True, text=True)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"slm report at {checkout} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-    return {"wall_s": round(wall, 1), "files": {str(f.relative_to(out)): hashlib.sha256(f.read_bytes()).hexdigest()
-                                                for f in sorted(out.rglob("*")) if f.is_file()}}
+    files = {str(f.relative_to(out)): hashlib.sha256(f.read_bytes()).hexdigest()
+             for f in sorted(out.rglob("*")) if f.is_file()}
+    return {"wall_s": round(wall, 1), "files": files}
 
 
 def fit_threads(table: Path) -> dict:
@@ -177,21 +192,18 @@ def main() -> None:
         if part.name != "sweeps":  # read-only inputs, linked
             (work / part.name).symlink_to(part)
     corpus_dir = (REPO / "data" / "corpus").resolve()
-    base = scratch / "base"
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(base), args.base], check=True,
-                   capture_output=True)
     runs: dict[str, list[dict]] = {"base": [], "current": []}
     try:
-        for i in range(rounds):
-            if args.sweep:
-                spec = str(Path(args.spec).resolve()) if args.spec else "jobs/sweeps/quickstart.yaml"
-                runs["base"].append(one_sweep(base, scratch, corpus_dir, f"before-after-base-{i}", spec))
-                runs["current"].append(one_sweep(REPO, scratch, corpus_dir, f"before-after-current-{i}", spec))
-            else:
-                runs["base"].append(one_run(base, work, f"before-after-base-{i}"))
-                runs["current"].append(one_run(REPO, work, f"before-after-current-{i}"))
+        with worktree(args.base, scratch / "base") as base:
+            for i in range(rounds):
+                if args.sweep:
+                    spec = str(Path(args.spec).resolve()) if args.spec else "jobs/sweeps/quickstart.yaml"
+                    runs["base"].append(one_sweep(base, scratch, corpus_dir, f"before-after-base-{i}", spec))
+                    runs["current"].append(one_sweep(REPO, scratch, corpus_dir, f"before-after-current-{i}", spec))
+                else:
+                    runs["base"].append(one_run(base, work, f"before-after-base-{i}"))
+                    runs["current"].append(one_run(REPO, work, f"before-after-current-{i}"))
     finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base)], check=False)
         if args.keep:
             print(f"kept {scratch}", file=sys.stderr)
         else:
@@ -219,26 +231,24 @@ def report_speed(args: argparse.Namespace) -> dict:
     tables = Path(args.report).resolve()
     plan = Path(args.plan).resolve() if args.plan else tables / "plan.json"
     scratch = Path(tempfile.mkdtemp(prefix="slm-bench-report-"))
-    checkouts = {"base": scratch / "base", "current": scratch / "current" if args.current else REPO}
-    for name, rev in (("base", args.base), ("current", args.current)):
-        if rev:
-            subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(checkouts[name]), rev],
-                           check=True, capture_output=True)
     runs: dict[str, list[dict]] = {"base": [], "current": []}
     try:
-        for i in range(args.rounds or 1):
-            for name in runs:
-                # one folder name for every run: the page's title is the folder's name
-                runs[name].append(one_report(checkouts[name], tables, plan, scratch / f"{name}-{i}" / tables.name))
+        with ExitStack() as stack:
+            checkouts = {"base": stack.enter_context(worktree(args.base, scratch / "base")),
+                         "current": stack.enter_context(worktree(args.current, scratch / "current"))
+                         if args.current else REPO}
+            for i in range(args.rounds or 1):
+                for name in runs:
+                    # one folder name for every run: the page's title is the folder's name
+                    out = scratch / f"{name}-{i}" / tables.name
+                    runs[name].append(one_report(checkouts[name], tables, plan, out))
         fits = fit_threads(scratch / "current-0" / tables.name)  # the combined table the report wrote
     finally:
-        for checkout in checkouts.values():
-            if checkout != REPO:
-                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(checkout)], check=False)
         shutil.rmtree(scratch, ignore_errors=True)
     files = [r.pop("files") for v in runs.values() for r in v]
     mean = {k: statistics.mean(r["wall_s"] for r in v) for k, v in runs.items()}
-    result = {"base": args.base, "current": args.current or _head(), "job": f"slm report --tables {args.report}", "runs": runs,
+    result = {"base": args.base, "current": args.current or _head(), "job": f"slm report --tables {args.report}",
+              "runs": runs,
               "current_over_base_wall_s": round(mean["current"] / mean["base"], 3),
               "identical_outputs": all(f == files[0] for f in files), "files": len(files[0]),
               "differing": sorted({n for f in files for n in f if f.get(n) != files[0].get(n)}),
