@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -31,6 +32,12 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class Head(NamedTuple):
+    client: object  # its JobSubmissionClient, with the token
+    url: str  # its dashboard (the Jobs API)
+    address: str  # its GCS, what a driver's ray.address names
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +74,7 @@ def head_node(tmp_path_factory):
             client = None
             time.sleep(1)
     assert client is not None, "the head node's Jobs API never answered"
-    yield client, url
+    yield Head(client, url, f"127.0.0.1:{port}")
     # Every process of this head (gcs, raylet, dashboard, workers) shares the launcher's process group.
     os.killpg(proc.pid, signal.SIGTERM)
     # A throwaway cluster: 5 s of grace, then SIGKILL whatever of the group is left.
@@ -110,10 +117,26 @@ def _group_alive(pgid: int) -> bool:
 
 def test_unauthenticated_requests_are_refused(head_node):
     """Token auth stays on: the dashboard's HTTP API answers 401 to a request without the token."""
-    _, url = head_node
+    url = head_node.url
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(f"{url}/api/jobs/", timeout=30)
     assert err.value.code == 401
+
+
+def test_a_driver_without_the_token_mode_is_told_what_to_set(head_node, user_corpus_dir, tmp_path):
+    """`slm run` at a head that wants the token, from a shell without RAY_AUTH_MODE=token: Ray never enables
+    token mode by itself for an explicit address, and its client retried "InvalidAuthToken" for ~20 s,
+    then raised a bare ConnectionError (a traceback). Now one message that names the address and what to set."""
+    env = {k: v for k, v in os.environ.items() if k not in {"RAY_AUTH_MODE", "RAY_ADDRESS"}}
+    done = subprocess.run([str(Path(sys.executable).parent / "slm"), "run", "jobs/corpus_stats.yaml",
+                           f"corpus.dir={user_corpus_dir}", f"run.root={tmp_path / 'runs'}",
+                           f"ray.address={head_node.address}"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert f"slm: could not connect to the Ray cluster at {head_node.address}" in done.stderr, done.stderr[-3000:]
+    assert "export RAY_AUTH_MODE=token" in done.stderr
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert not (tmp_path / "runs" / "corpus-stats" / "stats").exists()
 
 
 def submit_and_wait(client, entrypoint: str, timeout: float = 300) -> tuple[str, str]:
@@ -140,7 +163,7 @@ def submit_and_wait(client, entrypoint: str, timeout: float = 300) -> tuple[str,
 
 @pytest.mark.slow  # ~70 s; the head node's token auth stays in the default suite
 def test_submit_stats_job_to_a_head_node(head_node, user_corpus_dir, tmp_path):
-    client, url = head_node
+    client, url, _ = head_node
     from ray.job_submission import JobStatus
 
     runs = tmp_path / "runs"
@@ -165,7 +188,7 @@ def test_a_job_leaves_no_task_unfinished(head_node):
     two reporting intervals first: every call listed, FINISHED."""
     from ray.job_submission import JobStatus
 
-    client, url = head_node
+    client, url, _ = head_node
     tasks = 8
     status, logs = submit_and_wait(client, f"python tests/progress_job.py {tasks}", timeout=120)
     assert status == JobStatus.SUCCEEDED, logs
@@ -182,7 +205,7 @@ def test_submit_a_pretraining_job_to_a_head_node(head_node, train_run):
 
     from .conftest import train_overrides
 
-    client, _ = head_node
+    client = head_node.client
     overrides = " ".join(shlex.quote(o) for o in train_overrides(train_run, "pretrain.method=soup", "pretrain.name=submitted",
                                          "pretrain.model.depth=0", "pretrain.train.budget.steps=10",
                                          "pretrain.train.log_every=5"))

@@ -394,10 +394,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # Our refusals: messages written for the user (a bad config, a corrupt artifact, an input that cannot be
-# imported, tables of different data, a model the command cannot take), by module and class.
+# imported, tables of different data, a model the command cannot take, a cluster that would not take the
+# driver), by module and class.
 REFUSALS = (("slm.config", "ConfigError"), ("slm.artifacts", "ArtifactError"),
             ("slm.data.importer", "CorpusImportError"), ("slm.export", "Refusal"),
-            ("slm.analysis.report", "CombineError"))
+            ("slm.analysis.report", "CombineError"), ("slm.runtime", "ClusterUnreachable"))
 
 
 def our_refusal(err: BaseException) -> BaseException | None:

@@ -208,7 +208,7 @@ def init_ray(cfg: RayConfig):
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         quiet_forwarded_lines()
     if address:
-        context = ray.init(address=address, log_to_driver=True, job_config=job_config)
+        context = connect(ray, address, job_config)
         where = f"connected to Ray at {address}"
     else:
         serve_this_machine_only()
@@ -230,6 +230,30 @@ def init_ray(cfg: RayConfig):
     log.info(f"[ray] {where}; {ray.cluster_resources().get('CPU', 0):.0f} CPUs; "
              f"{dashboard_said(getattr(context, 'dashboard_url', None), cfg.include_dashboard or bool(address))}")
     return context
+
+
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+
+
+class ClusterUnreachable(ConnectionError):
+    """The cluster at ``ray.address`` / ``RAY_ADDRESS`` did not take this driver; the message says what to set."""
+
+
+def connect(ray, address: str, job_config):
+    """``ray.init`` at an existing cluster's ``address``. Ray enables token authentication on a client only
+    when ``RAY_AUTH_MODE=token`` is set, never by itself for an explicit address; without it, a head that
+    wants the token (Ray 2.60's default) answers every call "InvalidAuthToken" until Ray gives up with a bare
+    ConnectionError. That failure is named here, with what to set."""
+    try:
+        return ray.init(address=address, log_to_driver=True, job_config=job_config)
+    except ConnectionError as e:
+        if os.environ.get(AUTH_MODE_ENV, "").lower() == "token":
+            raise
+        raise ClusterUnreachable(
+            f"could not connect to the Ray cluster at {address} (ray.address or RAY_ADDRESS): {e}\n"
+            f"If the cluster uses token authentication (Ray 2.60's default), this shell must say so: "
+            f"export {AUTH_MODE_ENV}=token, with the head's token in ~/.ray/auth_token or RAY_AUTH_TOKEN "
+            f"(docs/cluster.md, 'Token authentication stays on')") from e
 
 
 def dashboard_said(url: str | None, wanted: bool) -> str:

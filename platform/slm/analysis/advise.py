@@ -109,11 +109,11 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
             "curves": from_curves}
 
 
-def curve_advice(trials: list[dict], fams: list[ladder.Family] | None, *, pretrain: float, specialization: float,
-                 inference: float, domain_tokens: int, domain: str | None) -> dict:
-    """The curves' answer at exactly these budgets (see the module's docstring); ``fams``: the table's fitted
-    families when the caller has them (fitting is the slow part, and a report asks at every budget)."""
-    fams = ladder.families(trials) if fams is None else fams
+def curve_advice(trials: list[dict], families: list[ladder.Family] | None, *, pretrain: float,
+                 specialization: float, inference: float, domain_tokens: int, domain: str | None) -> dict:
+    """The curves' answer at exactly these budgets (see the module's docstring); ``families``: the table's
+    fitted families when the caller has them (fitting is the slow part, and a report asks at every budget)."""
+    fams = ladder.families(trials) if families is None else families
     predictions, notes = ladder.predict(fams, pretrain_budget=pretrain, specialization_budget=specialization,
                                         inference_budget=inference, domain_tokens=domain_tokens, domain=domain)
 
