@@ -208,7 +208,7 @@ def init_ray(cfg: RayConfig):
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         quiet_forwarded_lines()
     if address:
-        context = connect(ray, address, job_config)
+        context = connect(address, job_config)
         where = f"connected to Ray at {address}"
     else:
         serve_this_machine_only()
@@ -239,11 +239,13 @@ class ClusterUnreachable(ConnectionError):
     """The cluster at ``ray.address`` / ``RAY_ADDRESS`` did not take this driver; the message says what to set."""
 
 
-def connect(ray, address: str, job_config):
+def connect(address: str, job_config):
     """``ray.init`` at an existing cluster's ``address``. Ray enables token authentication on a client only
     when ``RAY_AUTH_MODE=token`` is set, never by itself for an explicit address; without it, a head that
     wants the token (Ray 2.60's default) answers every call "InvalidAuthToken" until Ray gives up with a bare
     ConnectionError. That failure is named here, with what to set."""
+    import ray
+
     try:
         return ray.init(address=address, log_to_driver=True, job_config=job_config)
     except ConnectionError as e:
