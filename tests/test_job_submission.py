@@ -139,6 +139,22 @@ def test_a_driver_without_the_token_mode_is_told_what_to_set(head_node, user_cor
     assert not (tmp_path / "runs" / "corpus-stats" / "stats").exists()
 
 
+def test_a_driver_at_an_address_with_no_head_is_told_to_check_it(user_corpus_dir, tmp_path):
+    """With RAY_AUTH_MODE=token set, a ConnectionError means the address itself: no head listens there (a wrong
+    port, a head that is down). One message naming it and how to ask it, not Ray's traceback, no token hint."""
+    address = f"127.0.0.1:{_free_port()}"  # nothing listens on it
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "RAY_AUTH_MODE": "token"}
+    done = subprocess.run([str(Path(sys.executable).parent / "slm"), "run", "jobs/corpus_stats.yaml",
+                           f"corpus.dir={user_corpus_dir}", f"run.root={tmp_path / 'runs'}", f"ray.address={address}"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert f"slm: could not connect to the Ray cluster at {address}" in done.stderr, done.stderr[-3000:]
+    assert f"ray status --address {address}" in done.stderr
+    assert "export RAY_AUTH_MODE=token" not in done.stderr
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert not (tmp_path / "runs" / "corpus-stats" / "stats").exists()
+
+
 def submit_and_wait(client, entrypoint: str, timeout: float = 300) -> tuple[str, str]:
     """Submit ``entrypoint`` with the repository as working dir; return (final status, logs)."""
     from ray.job_submission import JobStatus

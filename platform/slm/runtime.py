@@ -240,22 +240,44 @@ class ClusterUnreachable(ConnectionError):
 
 
 def connect(address: str, job_config):
-    """``ray.init`` at an existing cluster's ``address``. Ray enables token authentication on a client only
-    when ``RAY_AUTH_MODE=token`` is set, never by itself for an explicit address; without it, a head that
-    wants the token (Ray 2.60's default) answers every call "InvalidAuthToken" until Ray gives up with a bare
-    ConnectionError. That failure is named here, with what to set."""
+    """``ray.init`` at an existing cluster's ``address``, with its two failures named instead of Ray's:
+
+    - nothing listens there (a wrong port, a head that is down): Ray's client retries the GCS for minutes
+      (warnings every ~35 s; measured: still retrying after 5 minutes), so the address is tried first;
+    - a head that wants the token (Ray 2.60's default) from a shell without ``RAY_AUTH_MODE=token``: Ray
+      never enables token mode by itself for an explicit address, its client retries "InvalidAuthToken" for
+      ~20 s and raises a bare ConnectionError."""
     import ray
 
+    unreachable = _nothing_listens_at(address)
+    if unreachable:
+        raise ClusterUnreachable(
+            f"could not connect to the Ray cluster at {address} (ray.address or RAY_ADDRESS): {unreachable}\n"
+            f"Is its head running at that address? `ray status --address {address}` asks it (docs/cluster.md)")
     try:
         return ray.init(address=address, log_to_driver=True, job_config=job_config)
     except ConnectionError as e:
-        if os.environ.get(AUTH_MODE_ENV, "").lower() == "token":
-            raise
-        raise ClusterUnreachable(
-            f"could not connect to the Ray cluster at {address} (ray.address or RAY_ADDRESS): {e}\n"
-            f"If the cluster uses token authentication (Ray 2.60's default), this shell must say so: "
+        token_hint = "" if os.environ.get(AUTH_MODE_ENV, "").lower() == "token" else (
+            f"\nIf the cluster uses token authentication (Ray 2.60's default), this shell must say so: "
             f"export {AUTH_MODE_ENV}=token, with the head's token in ~/.ray/auth_token or RAY_AUTH_TOKEN "
-            f"(docs/cluster.md, 'Token authentication stays on')") from e
+            f"(docs/cluster.md, 'Token authentication stays on')")
+        raise ClusterUnreachable(
+            f"could not connect to the Ray cluster at {address} (ray.address or RAY_ADDRESS): {e}{token_hint}") from e
+
+
+def _nothing_listens_at(address: str, timeout_s: float = 5.0) -> str | None:
+    """Why no TCP connection opens to ``address``'s host and port (``HOST:PORT`` or ``ray://HOST:PORT``), or
+    None when one does or the address names no port (``auto``)."""
+    import socket
+
+    host, sep, port = address.partition("://")[2 if "://" in address else 0].rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        return f"nothing answers at {host}:{port} ({e.strerror or e.__class__.__name__})"
+    return None
 
 
 def dashboard_said(url: str | None, wanted: bool) -> str:
