@@ -123,36 +123,37 @@ def test_unauthenticated_requests_are_refused(head_node):
     assert err.value.code == 401
 
 
+def slm_run_refused_at(address: str, env: dict, corpus_dir: Path, tmp_path: Path) -> str:
+    """`slm run` of the stats job as a driver at ``address``: refused with one message naming the address, no
+    traceback, nothing written. Its stderr, for what the message says beyond that."""
+    done = subprocess.run([str(Path(sys.executable).parent / "slm"), "run", "jobs/corpus_stats.yaml",
+                           f"corpus.dir={corpus_dir}", f"run.root={tmp_path / 'runs'}", f"ray.address={address}"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert f"slm: could not connect to the Ray cluster at {address}" in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert not (tmp_path / "runs" / "corpus-stats" / "stats").exists()
+    return done.stderr
+
+
 def test_a_driver_without_the_token_mode_is_told_what_to_set(head_node, user_corpus_dir, tmp_path):
     """`slm run` at a head that wants the token, from a shell without RAY_AUTH_MODE=token: Ray never enables
     token mode by itself for an explicit address, and its client retried "InvalidAuthToken" for ~20 s,
     then raised a bare ConnectionError (a traceback). Now one message that names the address and what to set."""
     env = {k: v for k, v in os.environ.items() if k not in {"RAY_AUTH_MODE", "RAY_ADDRESS"}}
-    done = subprocess.run([str(Path(sys.executable).parent / "slm"), "run", "jobs/corpus_stats.yaml",
-                           f"corpus.dir={user_corpus_dir}", f"run.root={tmp_path / 'runs'}",
-                           f"ray.address={head_node.address}"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1, done.stderr[-3000:]
-    assert f"slm: could not connect to the Ray cluster at {head_node.address}" in done.stderr, done.stderr[-3000:]
-    assert "export RAY_AUTH_MODE=token" in done.stderr
-    assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert not (tmp_path / "runs" / "corpus-stats" / "stats").exists()
+    stderr = slm_run_refused_at(head_node.address, env, user_corpus_dir, tmp_path)
+    assert "export RAY_AUTH_MODE=token" in stderr
 
 
 def test_a_driver_at_an_address_with_no_head_is_told_to_check_it(user_corpus_dir, tmp_path):
-    """With RAY_AUTH_MODE=token set, a ConnectionError means the address itself: no head listens there (a wrong
-    port, a head that is down). One message naming it and how to ask it, not Ray's traceback, no token hint."""
+    """An address where nothing listens (a wrong port, a head that is down), with RAY_AUTH_MODE=token set: Ray's
+    client would retry it for minutes; `slm` tries the address first and names it, and how to ask it, at once
+    (no token hint: the shell has the token mode)."""
     address = f"127.0.0.1:{_free_port()}"  # nothing listens on it
     env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "RAY_AUTH_MODE": "token"}
-    done = subprocess.run([str(Path(sys.executable).parent / "slm"), "run", "jobs/corpus_stats.yaml",
-                           f"corpus.dir={user_corpus_dir}", f"run.root={tmp_path / 'runs'}", f"ray.address={address}"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1, done.stderr[-3000:]
-    assert f"slm: could not connect to the Ray cluster at {address}" in done.stderr, done.stderr[-3000:]
-    assert f"ray status --address {address}" in done.stderr
-    assert "export RAY_AUTH_MODE=token" not in done.stderr
-    assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert not (tmp_path / "runs" / "corpus-stats" / "stats").exists()
+    stderr = slm_run_refused_at(address, env, user_corpus_dir, tmp_path)
+    assert f"ray status --address {address}" in stderr
+    assert "export RAY_AUTH_MODE=token" not in stderr
 
 
 def submit_and_wait(client, entrypoint: str, timeout: float = 300) -> tuple[str, str]:

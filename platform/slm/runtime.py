@@ -249,11 +249,11 @@ def connect(address: str, job_config):
       ~20 s and raises a bare ConnectionError."""
     import ray
 
+    failed = f"could not connect to the Ray cluster at {address} (ray.address or RAY_ADDRESS)"
     unreachable = _nothing_listens_at(address)
     if unreachable:
-        raise ClusterUnreachable(
-            f"could not connect to the Ray cluster at {address} (ray.address or RAY_ADDRESS): {unreachable}\n"
-            f"Is its head running at that address? `ray status --address {address}` asks it (docs/cluster.md)")
+        raise ClusterUnreachable(f"{failed}: {unreachable}\nIs its head running at that address? "
+                                 f"`ray status --address {address}` asks it (docs/cluster.md)")
     try:
         return ray.init(address=address, log_to_driver=True, job_config=job_config)
     except ConnectionError as e:
@@ -261,8 +261,7 @@ def connect(address: str, job_config):
             f"\nIf the cluster uses token authentication (Ray 2.60's default), this shell must say so: "
             f"export {AUTH_MODE_ENV}=token, with the head's token in ~/.ray/auth_token or RAY_AUTH_TOKEN "
             f"(docs/cluster.md, 'Token authentication stays on')")
-        raise ClusterUnreachable(
-            f"could not connect to the Ray cluster at {address} (ray.address or RAY_ADDRESS): {e}{token_hint}") from e
+        raise ClusterUnreachable(f"{failed}: {e}{token_hint}") from e
 
 
 def _nothing_listens_at(address: str, timeout_s: float = 5.0) -> str | None:
@@ -270,7 +269,7 @@ def _nothing_listens_at(address: str, timeout_s: float = 5.0) -> str | None:
     None when one does or the address names no port (``auto``)."""
     import socket
 
-    host, sep, port = address.partition("://")[2 if "://" in address else 0].rpartition(":")
+    host, sep, port = address.split("://")[-1].rpartition(":")
     if not sep or not port.isdigit():
         return None
     try:
