@@ -81,6 +81,8 @@ def test_the_page_holds_advice_figures_every_setting_and_the_claims_offline(writ
     # The advice: one row per domain, data size, served size and swept pretraining budget (2 × 2 here).
     assert len(advice) - 1 == 4 and all("SLM-is" in row[4] for row in advice[1:])
     assert all(re.fullmatch(r"[\d.]+ \[[\d.]+, [\d.]+\] ahead of .+", row[6]) for row in advice[1:]), advice
+    # A tied row's margin is over the best setting outside its tie, and says so.
+    assert all(row[6].endswith(", the best outside the tie") == row[7].startswith("tie with") for row in advice[1:])
     # Every setting once, its interval around the table's own mean.
     rows = {r["trial"]: r for r in aggregate(read_table(folder))}
     assert sorted(row[0] for row in settings[1:]) == sorted(rows)

@@ -113,6 +113,8 @@ def advice_rows(trials: list[dict], rows: list[dict], families: list[ladder.Fami
                     else:
                         margin = (f"{m['difference']:.2f} [{m['low']:.2f}, {m['high']:.2f}] ahead of "
                                   f"{_e(methods.display(m['method'])[0])} {_e(m['size'])}")
+                    if m is not None and b["tie"]:  # the margin is over the best setting outside the tie
+                        margin += ", the best outside the tie"
                     verdict = ("tie with " + ", ".join(map(_e, b["tied_with"]))) if b["tie"] else \
                         ("ahead" if m and m["separable"] else "spread unknown" if m and m["separable"] is None else "")
                     out.append(budget + [f"{_method(b['method'])} {_e(b['size'])}", f"{b['perplexity']:.2f}", margin,
