@@ -14,24 +14,28 @@ import json
 import math
 from pathlib import Path
 
-from scipy import stats
+from slm.analysis.claims import Comparison
+from slm.analysis.power import TARGET, comparison_noise
+from slm.analysis.stats import ALPHA, half_width
 
-POWER = 0.8
-ALPHA = 0.05
 MAX_SEEDS = 1000
 
 
-def seeds_to_decide(comparison: dict, seeds: int, tested: int) -> tuple[str, int | None]:
-    """("holds" | "refuted", the seeds for 80% power, or None beyond MAX_SEEDS)."""
-    se = (comparison["high"] - comparison["low"]) / 2 / stats.t.ppf(1 - ALPHA / 2, comparison["df"])
-    spread = se * math.sqrt(seeds)
-    bound = comparison["margin"] * comparison["b_mean"]
-    reference = {"lower": 0.0, "not higher": -bound, "not lower": bound}[comparison["expected"]]
-    delta = comparison["difference"] - reference
-    in_favour = delta > 0 if comparison["expected"] in ("lower", "not higher") else delta < 0
+def t_quantile(df: float, probability: float) -> float:
+    """The t distribution's ``probability`` quantile (half the two-sided interval of level 2p − 1, at se 1)."""
+    return half_width(1.0, df, level=2 * probability - 1)
+
+
+def seeds_to_decide(c: Comparison, noise: float, tested: int) -> tuple[str, int | None]:
+    """("holds" | "refuted", the seeds for TARGET power, or None beyond MAX_SEEDS), ``noise`` being a seed's
+    difference's standard deviation relative to b's mean (`slm.analysis.power.comparison_noise`)."""
+    reference = {"lower": 0.0, "not higher": -c.bound, "not lower": c.bound}[c.expected]
+    delta = c.difference - reference
+    in_favour = delta > 0 if c.expected in ("lower", "not higher") else delta < 0
     alpha = ALPHA if in_favour else ALPHA / tested
+    spread = noise * abs(c.b_mean)
     needed = next((n for n in range(2, MAX_SEEDS + 1)
-                   if abs(delta) / (spread / math.sqrt(n)) >= stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(POWER, n - 1)),
+                   if abs(delta) / (spread / math.sqrt(n)) >= t_quantile(n - 1, 1 - alpha / 2) + t_quantile(n - 1, TARGET)),
                   None)
     return ("holds" if in_favour else "refuted"), needed
 
@@ -42,14 +46,15 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, required=True, help="the seeds each comparison was measured at")
     args = parser.parse_args()
     for claim in json.loads(args.claims.read_text()):
-        tested = [c for c in claim["comparisons"] if c["low"] is not None]
+        tested = [c for c in (Comparison(**d) for d in claim["comparisons"]) if c.low is not None]
         for c in tested:
-            if c["verdict"] != "inconclusive":
+            if c.verdict != "inconclusive":
                 continue
-            outcome, needed = seeds_to_decide(c, args.seeds, len(tested))
-            print(f"{claim['id']}, {c['part']}: b − a {c['difference']:+.3f} ({c['difference'] / c['b_mean']:+.1%} of b), "
-                  f"seed noise of the difference {(c['high'] - c['low']) / 2 / stats.t.ppf(1 - ALPHA / 2, c['df']) * math.sqrt(args.seeds) / c['b_mean']:.1%} of b: "
-                  f"{outcome} with 80% power at {needed if needed else f'> {MAX_SEEDS}'} seeds")
+            noise = comparison_noise(c, args.seeds)
+            outcome, needed = seeds_to_decide(c, noise, len(tested))
+            print(f"{claim['id']}, {c.part}: b − a {c.difference:+.3f} ({c.difference / c.b_mean:+.1%} of b), "
+                  f"seed noise of the difference {noise:.1%} of b: "
+                  f"{outcome} with {TARGET:.0%} power at {needed if needed else f'> {MAX_SEEDS}'} seeds")
 
 
 if __name__ == "__main__":
