@@ -19,7 +19,8 @@ RESULTS_STUDY = SOURCE.parent / "study"
 DATA = {"sets": {"generic": "a1", "domain/legal": "b2", "valid/legal": "c3"}}
 
 
-def part(root: Path, name: str, seeds: set[int], data: dict = DATA, drop: str | None = None) -> Path:
+def part(root: Path, name: str, seeds: set[int], data: dict = DATA, drop: str | None = None,
+         kernels: dict | None = None) -> Path:
     """A sweep folder holding the committed table's trials and plan at these seeds."""
     folder = root / name
     folder.mkdir(parents=True)
@@ -29,6 +30,8 @@ def part(root: Path, name: str, seeds: set[int], data: dict = DATA, drop: str | 
     plan["trials"] = [t for t in plan["trials"] if t["seed"] in seeds]
     plan["runs"] = [r for r in plan["runs"] if r["seed"] in seeds]
     plan["data"] = {**data, "fingerprint": json.dumps(data["sets"], sort_keys=True)}
+    if kernels:
+        plan["kernels"] = kernels
     (folder / "plan.json").write_text(json.dumps(plan))
     write_curve_rows([], folder / "curves.parquet")
     return folder
@@ -55,6 +58,20 @@ def test_parts_of_other_data_are_refused_naming_the_set(tmp_path):
     with pytest.raises(CombineError, match=r"seed12 differs from .*seed0 in \['domain/legal'\]"):
         report_tables([a, b], tmp_path / "out")
     assert not (tmp_path / "out" / "results.parquet").exists()
+
+
+def test_parts_trained_on_different_kernels_are_refused_naming_them(tmp_path):
+    """Issue 63: native kernels differ between CPUs (the same seed trains to other numbers), so parts that
+    record different kernels are not one study; parts with the same record combine and keep it."""
+    pinned = {"pretrain.train.numerics": "pinned 6a601b1f2020c66e", "specialize.train.numerics": "pinned 6a601b1f2020c66e"}
+    native = {**pinned, "pretrain.train.numerics": "native 78e15fc0f11a4820"}
+    a, b = part(tmp_path, "seed0", {0}, kernels=pinned), part(tmp_path, "seed12", {1, 2}, kernels=native)
+    with pytest.raises(CombineError, match=r"different kernels.*seed0.*pinned 6a60.*seed12.*native 78e1.*numerics=pinned"):
+        report_tables([a, b], tmp_path / "out")
+    assert not (tmp_path / "out" / "results.parquet").exists()
+    c = part(tmp_path, "seed12-pinned", {1, 2}, kernels=pinned)
+    report_tables([a, c], tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "plan.json").read_text())["kernels"] == pinned
 
 
 def test_parts_that_train_on_different_sets_combine_where_the_sets_they_share_agree(tmp_path):

@@ -42,7 +42,7 @@ from slm.analysis.results import aggregate, compare, menu, ppl, total_flops
 from slm.analysis.stats import half_width, mean_interval, separable
 from slm.artifacts import atomic_path, atomic_write_json, atomic_write_text
 from slm.log import logger
-from slm.tune.plan import DataFingerprint, Plan, seed_suffix
+from slm.tune.plan import DataFingerprint, Plan, axis_labels, axis_suffix, seed_suffix
 from slm.tune.table import finite, read_curves, read_table, write_curve_rows, write_table
 
 log = logger(__name__)
@@ -510,6 +510,14 @@ def combine(folders: list[Path], plan: Plan | None = None) -> tuple[list[dict], 
         raise CombineError(f"no data fingerprint in the plan of {unknown}: a sweep run before tables could be combined; "
                            "rerun it (finished runs and trials are kept) to record one")
     data = union_of_sets(plans) if not unknown else None
+    kernels = {json.dumps(p.kernels, sort_keys=True): f for f, p in plans.items()}
+    if len(kernels) > 1:
+        raise CombineError(
+            "these sweeps trained on different kernels, so the same seed gave them different numbers and their tables "
+            "are not one study: " + "; ".join(f"{f}: {k}" for k, f in kernels.items())
+            + " (train every part with pretrain.train.numerics=pinned and specialize.train.numerics=pinned: the same "
+            "numbers on any CPU with AVX2; docs/training.md, \"Reproducible numerics\"; an empty record is a plan "
+            "from before issue 63)")
     for key in ("small", "large"):
         values = {getattr(p, key) for p in plans.values()} | ({getattr(plan, key)} if plan else set())
         if len(values) > 1:
@@ -531,7 +539,7 @@ def combine(folders: list[Path], plan: Plan | None = None) -> tuple[list[dict], 
                        sizes={k: v for p in plans.values() for k, v in p.sizes.items()})
     # A design planned before its data was made (`--dry-run`) has no histograms: the parts measured them.
     plan = replace(plan, histogram_entropy=plan.histogram_entropy or entropies, data=data or plans[folders[0]].data,
-                   parts=part_names(folders))
+                   parts=part_names(folders), kernels=plans[folders[0]].kernels)
     curves = [c for f in folders for c in read_curves(f)]
     missing = sorted(t.name for t in plan.trials if t.name not in seen)
     return trials, plan, curves, missing
@@ -557,6 +565,8 @@ def report_tables(paths: list[str | Path], out: str | Path, plan: str | Path | N
 
 def report(sweep: str | Path, out: str | Path | None = None) -> dict:
     sweep = Path(sweep)
+    if read_plan(sweep).axes:
+        return report_by_axes(sweep, Path(out) if out else sweep / "report")
     trials = read_table(sweep)
     every = aggregate(trials)
     rows = menu(every)
@@ -611,6 +621,63 @@ def report(sweep: str | Path, out: str | Path | None = None) -> dict:
                 missing=sorted(t.name for t in plan.trials if t.name not in measured), families=fams)
     return {"report": str(out), "html": str(html), "plots": plots, "rows": len(rows),
             "claims": {c.id: c.verdict for c in claims}}
+
+
+def report_by_axes(sweep: Path, out: Path) -> dict:
+    """A sweep crossed with ``sweep.axes``: each combination of the axes' values reported as a sweep of its own
+    (``<out>/at/<values>/``: its share of the tables, plan and curves, and its report: summary, plots, claims,
+    page), since the claims, the fitted curves and the advice compare methods under one recipe; and
+    ``axes.md``, every setting side by side across each axis's values (the grouping)."""
+    plan, trials, curves = read_plan(sweep), read_table(sweep), read_curves(sweep)
+    labels = axis_labels(list(plan.axes))
+    at: dict[str, dict] = {}
+    for point in sorted({t.axes for t in plan.trials}, key=repr):
+        name = axis_suffix(point, labels).lstrip("-")
+        keep = {t.name for t in plan.trials if t.axes == point}
+        runs = {t.source for t in plan.trials if t.name in keep} | {t.teacher_run for t in plan.trials
+                                                                     if t.name in keep and t.teacher_run}
+        runs |= {r.teacher for r in plan.runs if r.name in runs and r.teacher}
+        share = replace(plan, trials=tuple(replace(t, axes=()) for t in plan.trials if t.name in keep),
+                        runs=tuple(replace(r, axes=()) for r in plan.runs if r.name in runs))
+        rows = [r for r in trials if r["trial"] in keep]
+        folder = out / "at" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        write_table(rows, folder)
+        write_curve_rows([c for c in curves if c["run"].split("@")[0] in runs], folder / "curves.parquet")
+        atomic_write_json(folder / "plan.json", share.to_json())
+        if any(finite(r["perplexity"]) for r in rows):
+            at[name] = report(folder, folder / "report")
+        else:
+            log.info(f"[report] {name}: no finished trial at these axis values yet: no report for it")
+    atomic_write_text(out / "axes.md", axes_markdown(aggregate(trials), plan.axes))
+    return {"report": str(out), "axes": list(plan.axes), "at": at,
+            "rows": sum(r["rows"] for r in at.values()), "plots": sorted({p for r in at.values() for p in r["plots"]}),
+            "claims": {f"{name}: {claim}": verdict for name, r in at.items() for claim, verdict in r["claims"].items()}}
+
+
+def axes_markdown(rows: list[dict], axes: tuple[str, ...]) -> str:
+    """axes.md: for each axis, every setting of the other columns (method, size, budgets, domain, the other
+    axes) a line, its perplexity at each of the axis's values side by side, the lowest mean in bold."""
+    lines = ["# The sweep's axes", "",
+             "Each axis's values side by side, everything else fixed: the mean perplexity over the seeds with its 95% t "
+             "interval and n; the lowest mean of a line in bold (a lowest mean whose interval overlaps another value's "
+             "is not shown apart from it: read the intervals). Each combination's own report: `at/<values>/report/`.", ""]
+    fixed = ["method", "size", "domain", "pretrain_steps", "domain_tokens", "specialize_steps", "expert"]
+    for axis in axes:
+        values = sorted({r[axis] for r in rows}, key=lambda v: (isinstance(v, str), v))
+        others = [a for a in axes if a != axis]
+        lines += [f"## {axis}", "", "| " + " | ".join(fixed + others) + " | " + " | ".join(map(str, values)) + " |",
+                  "|" + "---|" * (len(fixed) + len(others) + len(values))]
+        lines_of: dict[tuple, dict] = {}
+        for r in rows:
+            lines_of.setdefault(tuple(r[k] for k in fixed + others), {})[r[axis]] = r
+        for key, by_value in sorted(lines_of.items(), key=lambda kv: repr(kv[0])):
+            best = min(by_value.values(), key=lambda r: r["perplexity"])
+            cells = [("**" + ppl(by_value[v]) + "**" if by_value[v] is best else ppl(by_value[v]))
+                     if v in by_value else "—" for v in values]
+            lines.append("| " + " | ".join("—" if k is None else str(k) for k in key) + " | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def markdown(rows: list[dict], trials: int, plots: list[str] = (), saturated: list[dict] = (),

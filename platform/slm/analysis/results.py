@@ -18,7 +18,7 @@ import math
 import statistics
 
 from slm.analysis.stats import Difference, half_width, paired, welch_from_summary
-from slm.tune.table import finite
+from slm.tune.table import axis_columns, finite
 
 # Averaged over a setting's seeds (FLOPs are equal across seeds; device-seconds are not).
 MEANS = ["pretrain_flops", "pretrain_device_seconds", "generic_flops", "generic_device_seconds", "specialize_flops",
@@ -51,7 +51,7 @@ def aggregate(rows: list[dict]) -> list[dict]:
             if any(r[key] != first[key] for r in group):
                 raise ValueError(f"results table: setting {setting!r} has different {key!r} across its seeds "
                                  f"({sorted({str(r[key]) for r in group})}): the table mixes two sweeps")
-        row = {key: first[key] for key in SETTING}
+        row = {key: first[key] for key in SETTING + axis_columns(group)}
         row.update({key: statistics.fmean(r[key] for r in group) for key in MEANS})
         se = [r.get("eval_loss_se") for r in group]  # absent from tables written before issue 28
         row["eval_loss_se"] = statistics.fmean(se) if all(finite(x) for x in se) else None

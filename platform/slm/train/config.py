@@ -23,6 +23,7 @@ from slm.data.config import (
 from slm.layout import RunDirConfig
 from slm.models.config import ModelConfig
 from slm.runtime import RayConfig
+from slm.train.numerics import Numerics
 
 
 def decay_steps(decay_fraction: float, horizon: int) -> int:
@@ -179,6 +180,9 @@ class TrainConfig:
     # auto: bf16 autocast where the device computes bf16 natively (CUDA with bf16; CPUs with AMX or
     # AVX512-BF16), else fp32. Weights, optimizer state, loss, softmax and KD stay fp32 either way.
     precision: Literal["auto", "fp32", "bf16"] = "auto"
+    # Which CPU kernels train (slm.train.numerics): native (this CPU's widest: fastest, reproducible on the same
+    # kind of CPU only) or pinned (AVX2 in ATen, oneMKL and oneDNN: the same numbers on any CPU with AVX2).
+    numerics: Numerics = "native"
     # torch.compile of the training forward/backward. auto: where it pays for its warm-up
     # (slm.train.hardware.resolve_compile; the worker logs what it chose and why).
     compile: Literal["auto", "always", "never"] = "auto"
@@ -201,6 +205,9 @@ class TrainConfig:
         if self.peak_flops != "auto" and not (self.peak_flops > 0 and math.isfinite(self.peak_flops)):
             raise ConfigError(f"config key '{prefix}peak_flops': must be 'auto' or a positive number, "
                               f"got {self.peak_flops}")
+        if self.numerics == "pinned" and self.use_gpu:
+            raise ConfigError(f"config key '{prefix}numerics': 'pinned' pins CPU kernels; a GPU run's numbers are "
+                              "its CUDA kernels' (set it to 'native' with use_gpu)")
         if self.zero_stage not in (1, 2, 3):
             raise ConfigError(f"config key '{prefix}zero_stage': must be 1, 2 or 3, got {self.zero_stage}")
         if self.num_workers < 0:

@@ -29,7 +29,7 @@ from slm.log import logger
 from slm.methods.samplers import UniformSampler
 from slm.runtime import verbose
 from slm.train import callbacks as cb
-from slm.train import hardware, integrity
+from slm.train import hardware, integrity, numerics
 from slm.train.budget import TrainState, exhausted
 from slm.train.data import PackedArrays
 from slm.train.module import TrainModule
@@ -46,6 +46,7 @@ class TrainLoop:
         self.rank, self.world = session.rank, session.world
         self.spec, self.train = spec, spec.train
         self.output = TrainOutput(Path(spec.output))
+        self.numerics = numerics.pin(self.train.numerics, f"{spec.config_key}.numerics")  # before any kernel
         torch.set_num_threads(self.train.torch_threads)
         placement = hardware.plan_placement(self.train.use_gpu, self.world)
         self.device = hardware.worker_device(placement, ray_train=isinstance(session, RayTrainSession))
@@ -212,6 +213,7 @@ class TrainLoop:
             "device": self.device.type, "precision": module.precision, "compiled": module.compiled.enabled,
             "compile_reason": module.compiled.reason, "peak_flops": self.peak.flops,
             "peak_flops_source": self.peak.source, "eval_before": self.initial_eval, "eval": self.last_eval,
+            "numerics": dataclasses.asdict(self.numerics),
         }
         summary["peak_rss_mb"] = self.gather(round(peak_rss_mb(), 1))
         summary["param_device"] = str(next(module.raw.parameters()).device)  # where training ran

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from slm.config import ConfigError, check_name
 from slm.models.config import size_config
@@ -56,6 +56,11 @@ class SweepConfig:
     # the seed, e.g. [generic-d1, importance-legal-d1]); it trains those and the runs they need, and runs
     # every trial that starts from them (tune.plan.part_of). Empty: the whole design. docs/results.md.
     part: list[str] = field(default_factory=list)
+    # Any setting of the pretrain or specialize sections as an axis, crossed with the rest of the design:
+    # {pretrain.train.optim.lr: [3e-3, 1e-2, 3e-2]}. A pretrain.* axis multiplies the pretraining runs, a
+    # specialize.* axis only the trials (they reuse the runs); each run and trial is named after its values
+    # (-lr0.003), and each axis is a column of the results table (docs/budgets.md, "Axes").
+    axes: dict[str, Any] = field(default_factory=dict)  # key → list of values; nested sections are flattened
     inference_budget: float = 0.0  # the largest inference FLOPs per token a size may cost (0: no limit)
     scheduler: Literal["fifo", "asha"] = "fifo"  # asha: stop weak specializations early (metric: loss)
     max_concurrent_trials: int = 0  # 0: the cluster's CPUs (GPUs) ÷ what one trial's workers take
@@ -63,7 +68,23 @@ class SweepConfig:
     assumed_mfu: float = 0.1  # for --dry-run's device-second estimate only
     output: str = "sweeps"  # <run dir>/sweeps/<name>/: results.parquet, results.csv, report/
 
+    def __post_init__(self) -> None:
+        # `sweep.axes.pretrain.train.optim.lr=[…]` on the command line arrives as nested sections: one key each
+        self.axes = dict(_flattened(self.axes))
+
     def validate(self, prefix: str = "") -> None:
+        for key, values in self.axes.items():
+            where = f"config key '{prefix}axes.{key}'"
+            if not key.startswith(AXIS_SECTIONS):
+                raise ConfigError(f"{where}: an axis is a setting of {' or '.join(s.rstrip('.') for s in AXIS_SECTIONS)} "
+                                  "(the data stages' settings are the run's, not a trial's)")
+            owner = next((axis for keys, axis in PLANNED_KEYS.items() if key == keys or key.startswith(keys + ".")), None)
+            if owner:
+                raise ConfigError(f"{where}: the sweep sets it for every run and trial; use {owner}")
+            if not isinstance(values, list) or not values:
+                raise ConfigError(f"{where}: a list of at least one value, got {values!r}")
+            if len({repr(v) for v in values}) != len(values):
+                raise ConfigError(f"{where}: a value is given twice in {values}")
         check_name(self.name, f"{prefix}name")  # folders under the run directory: never a path out of it
         check_name(self.output, f"{prefix}output")
         for size in self.sizes:
@@ -99,6 +120,30 @@ class SweepConfig:
         if self.large_steps < 0:
             raise ConfigError(f"config key '{prefix}large_steps': must be ≥ 0 (0: the largest pretraining budget), "
                               f"got {self.large_steps}")
+
+
+AXIS_SECTIONS = ("pretrain.", "specialize.")
+# What the plan sets in each run's or trial's config (slm.tune.sweep.run_config, trial_config), and the sweep's
+# own setting for it: an axis on one of these would be overwritten.
+PLANNED_KEYS = {
+    "pretrain.method": "sweep.methods", "pretrain.name": "sweep.methods", "pretrain.domain": "sweep.domains",
+    "pretrain.snapshot_steps": "sweep.pretrain_steps", "pretrain.train.budget": "sweep.pretrain_steps",
+    "pretrain.train.seed": "sweep.seeds", "pretrain.model.depth": "sweep.sizes", "pretrain.model.preset": "sweep.sizes",
+    "pretrain.teacher.checkpoint": "sweep.salt_kd_share", "pretrain.teacher.kd_steps": "sweep.salt_kd_share",
+    "pretrain.output": "sweep.output", "specialize.source": "sweep.pretrain_steps", "specialize.name": "sweep.methods",
+    "specialize.domain": "sweep.domains", "specialize.domain_tokens": "sweep.domain_tokens",
+    "specialize.train.budget": "sweep.specialize_steps", "specialize.train.seed": "sweep.seeds",
+    "specialize.expert": "sweep.all_experts", "specialize.teacher.checkpoint": "sweep.distill",
+    "specialize.output": "sweep.output",
+}
+
+
+def _flattened(axes: dict, prefix: str = ""):
+    for key, value in axes.items():
+        if isinstance(value, dict):
+            yield from _flattened(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
 
 
 class SweepJob(TrainJob, Protocol):

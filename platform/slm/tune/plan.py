@@ -15,8 +15,9 @@ students (``distill``, a second wave of trials) and every SLM-mix expert (``all_
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Literal
+from typing import Any, Literal
 
 from slm import methods
 from slm.config import ConfigError, config_hash
@@ -57,6 +58,8 @@ class PretrainRun:
     kd_steps: int = 0
     eval_every: int = 0  # 0: the pretrain section's own
     flops: float = 0.0  # what the run costs to train, its cooldown branches included
+    # sweep.axes: the value of each pretrain.* axis this run trains at, as (config key, value) pairs
+    axes: tuple[tuple[str, Any], ...] = ()
     # Under a WSD schedule, the budgets below ``steps`` trained as cooldown branches from this run (each a
     # fully trained model, its snapshot), and the steps those branches train beyond the trunk (their decays).
     branches: tuple[int, ...] = ()
@@ -82,6 +85,7 @@ class Setting:
     specialize_steps: int
     role: TrialRole
     expert: int | None = None  # C6: the SLM-mix expert fine-tuned
+    axes: tuple[tuple[str, Any], ...] = ()  # sweep.axes: every axis's value, (config key, value) pairs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,7 +110,7 @@ class Trial(Setting):
 # plan.json's key order for a trial, as plans were written before ``Setting``: a plan read and written
 # again (``slm report --tables`` combining parts) keeps its bytes.
 TRIAL_JSON = ("source", "method", "size", "pretrain_steps", "domain", "domain_tokens", "specialize_steps", "seed",
-              "setting", "name", "role", "expert", "teacher", "teacher_run", "wave", "flops")
+              "setting", "name", "role", "expert", "teacher", "teacher_run", "wave", "flops", "axes")
 
 
 @dataclass(frozen=True)
@@ -151,9 +155,18 @@ class Plan:
     # the tokenizer's vocabulary: a model no better than a uniform guess over it (perplexity ≥ it) has
     # diverged (slm.analysis.claims). 0 in plans written before issue 45, which do not record it.
     vocab_size: int = 0
+    # the kernels each training section ran on (slm.train.numerics.kernels: "pinned <probe>" or "native <probe>"),
+    # by config key: parts whose kernels differ trained on different numbers and are not combined. Empty in
+    # plans written before issue 63, which do not record them.
+    kernels: dict[str, str] = field(default_factory=dict)
 
     def run(self, name: str) -> PretrainRun:
         return next(r for r in self.runs if r.name == name)
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        """The config keys the sweep crossed its design with (``sweep.axes``), sorted; () without axes."""
+        return tuple(sorted({k for t in self.trials for k, _ in t.axes}))
 
     def waves(self) -> list[tuple[int, list[Trial]]]:
         """The trials by wave, in order: a later wave reads the models an earlier one specialized."""
@@ -162,21 +175,32 @@ class Plan:
     def to_json(self) -> dict:
         d = asdict(self)
         d["trials"] = [{k: t[k] for k in TRIAL_JSON} for t in d["trials"]]
+        for item in [*d["runs"], *d["trials"]]:  # a plan without axes is written as before them
+            if not item["axes"]:
+                del item["axes"]
         if not d["vocab_size"]:  # a plan from before issue 45 is written back as it was read
             del d["vocab_size"]
+        if not d["kernels"]:  # nor one from before issue 63
+            del d["kernels"]
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> Plan:
         """A plan as ``to_json`` wrote it (``plan.json``)."""
         return cls(runs=tuple(PretrainRun(**{**r, "snapshots": tuple(r["snapshots"]),
-                                             "branches": tuple(r.get("branches", ()))}) for r in d["runs"]),
-                   trials=tuple(Trial(**t) for t in d["trials"]),
+                                             "branches": tuple(r.get("branches", ())), "axes": axes_of(r)})
+                              for r in d["runs"]),
+                   trials=tuple(Trial(**{**t, "axes": axes_of(t)}) for t in d["trials"]),
                    sizes={k: SizeCost(**v) for k, v in d["sizes"].items()}, small=d["small"], large=d["large"],
                    histogram_entropy=dict(d.get("histogram_entropy") or {}),
                    estimate=Estimate(**d["estimate"]) if d.get("estimate") else None,
                    data=DataFingerprint(**d["data"]) if d.get("data") else None, parts=tuple(d.get("parts", ())),
-                   vocab_size=int(d.get("vocab_size", 0)))
+                   vocab_size=int(d.get("vocab_size", 0)), kernels=dict(d.get("kernels") or {}))
+
+
+def axes_of(item: dict) -> tuple[tuple[str, Any], ...]:
+    """A run's or trial's axis values as plan.json lists them (pairs), back as the plan's tuples."""
+    return tuple((key, value) for key, value in item.get("axes", ()))
 
 
 @dataclass(frozen=True)
@@ -265,8 +289,93 @@ class _Builder:
 
 def make_plan(sw: SweepConfig, inputs: PlanInputs, histogram_entropy: dict[str, float] | None = None) -> Plan:
     """Every pretraining run and trial of ``sw``, with its FLOPs; the spec's rules checked (``check_spec``,
-    the sizes against the inference budget and each other)."""
+    the sizes against the inference budget and each other). ``sweep.axes`` crosses the whole design with
+    every combination of the axes' values (``axis_points``): a pretraining run once per combination of the
+    ``pretrain.*`` axes (a ``specialize.*`` axis reuses it), a trial once per combination of all of them, each
+    named after its values (``-lr0.003``) and carrying them (``axes``)."""
     check_spec(sw)
+    labels = axis_labels(list(sw.axes))
+    runs: dict[str, PretrainRun] = {}
+    trials: dict[str, Trial] = {}
+    for point in axis_points(sw.axes):
+        pre = tuple((k, v) for k, v in point if k.startswith("pretrain."))
+        grid_runs, grid_trials, small, large = _design(sw, inputs)
+        for r in grid_runs:
+            r = at_axes_run(r, pre, labels)
+            runs.setdefault(r.name, r)
+        for t in grid_trials:
+            t = at_axes_trial(t, pre, point, labels)
+            trials.setdefault(t.name, t)
+    # A teacher trains before its student: SALT's runs after the grid's.
+    run_list = tuple(sorted(runs.values(), key=lambda r: r.teacher is not None))
+    trial_list = tuple(trials.values())
+    if sw.part:
+        run_list, trial_list = part_of(run_list, trial_list, sw.part)
+    pretrain_flops, specialize_flops = sum(r.flops for r in run_list), sum(t.flops for t in trial_list)
+    total = pretrain_flops + specialize_flops
+    estimate = Estimate(pretrain_flops, specialize_flops, total,
+                        total / (inputs.peak_flops * sw.assumed_mfu), sw.assumed_mfu, inputs.peak_flops,
+                        inputs.peak_flops_source)
+    return Plan(run_list, trial_list, dict(inputs.sizes), small, large, dict(histogram_entropy or {}), estimate,
+                vocab_size=inputs.vocab_size)
+
+
+# ---------------------------------------------------------------------------------- axes
+
+
+def axis_points(axes: dict[str, list[Any]]) -> list[tuple[tuple[str, Any], ...]]:
+    """Every combination of the axes' values, keys in sorted order: ``[()]`` without axes."""
+    keys = sorted(axes)
+    return [tuple(zip(keys, values, strict=True)) for values in itertools.product(*(axes[k] for k in keys))]
+
+
+def axis_labels(keys: list[str]) -> dict[str, str]:
+    """What names an axis in run and trial names: its key's last part (``lr``); where two axes end alike, its
+    section's name before it (``pretrain-lr`` beside ``specialize-lr``), else the whole key with dashes."""
+    parts = {k: k.split(".") for k in keys}
+    for label in (lambda p: p[-1], lambda p: f"{p[0]}-{p[-1]}", lambda p: "-".join(p)):
+        named = {k: label(p) for k, p in parts.items()}
+        if len(set(named.values())) == len(named):
+            return named
+    raise AssertionError(f"two axes with one key: {keys}")
+
+
+def axis_text(value: Any) -> str:
+    """An axis value in a name: 0.003, 1e-05, true, mup."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return format(value, "g")
+    return str(value)
+
+
+def axis_suffix(values: tuple[tuple[str, Any], ...], labels: dict[str, str]) -> str:
+    return "".join(f"-{labels[k]}{axis_text(v)}" for k, v in values)
+
+
+def _at(name: str | None, seed: int | None, suffix: str) -> str | None:
+    """A run's or trial's name (``…-seed<S>``) with the axis suffix put before its seed."""
+    if name is None or not suffix:
+        return name
+    tail = seed_suffix(seed)
+    return (name[: -len(tail)] if tail else name) + suffix + tail
+
+
+def at_axes_run(run: PretrainRun, pre: tuple[tuple[str, Any], ...], labels: dict[str, str]) -> PretrainRun:
+    suffix = axis_suffix(pre, labels)
+    return replace(run, name=_at(run.name, run.seed, suffix), teacher=_at(run.teacher, run.seed, suffix), axes=pre)
+
+
+def at_axes_trial(t: Trial, pre: tuple[tuple[str, Any], ...], point: tuple[tuple[str, Any], ...],
+                  labels: dict[str, str]) -> Trial:
+    run_suffix, suffix = axis_suffix(pre, labels), axis_suffix(point, labels)
+    return replace(t, setting=t.setting + suffix, name=_at(t.name, t.seed, suffix),
+                   source=_at(t.source, t.seed, run_suffix), teacher=_at(t.teacher, t.seed, suffix),
+                   teacher_run=_at(t.teacher_run, t.seed, run_suffix), axes=point)
+
+
+def _design(sw: SweepConfig, inputs: PlanInputs) -> tuple[list[PretrainRun], list[Trial], str, str | None]:
+    """The design at one point of the axes: its runs and trials, the small and the large size."""
     sizes, domains = inputs.sizes, list(inputs.domains)
     for size in sw.sizes:
         inference = sizes[size].inference_flops_per_token
@@ -342,18 +451,7 @@ def make_plan(sw: SweepConfig, inputs: PlanInputs, histogram_entropy: dict[str, 
                     setting = f"{base}-{cell(d, longest, all_tokens[0], all_k[0])}-e{e}"
                     plan.trial(Trial(setting, methods.SLM_MIX, small, longest, d, all_tokens[0], all_k[0], "experts",
                                      e, seed=seed, name=setting + seed_suffix(seed), source=base + seed_suffix(seed)))
-    # A teacher trains before its student: SALT's runs after the grid's.
-    runs = tuple(sorted(plan.runs, key=lambda r: r.teacher is not None))
-    trials = tuple(plan.trials)
-    if sw.part:
-        runs, trials = part_of(runs, trials, sw.part)
-    pretrain_flops, specialize_flops = sum(r.flops for r in runs), sum(t.flops for t in trials)
-    total = pretrain_flops + specialize_flops
-    estimate = Estimate(pretrain_flops, specialize_flops, total,
-                        total / (inputs.peak_flops * sw.assumed_mfu), sw.assumed_mfu, inputs.peak_flops,
-                        inputs.peak_flops_source)
-    return Plan(runs, trials, dict(sizes), small, large, dict(histogram_entropy or {}), estimate,
-                vocab_size=inputs.vocab_size)
+    return plan.runs, plan.trials, small, large
 
 
 def base_name(run: PretrainRun) -> str:
@@ -399,7 +497,13 @@ def readers(p: Plan, run: PretrainRun) -> str:
 
 def format_plan(p: Plan) -> str:
     wsd = any(r.branches for r in p.runs)
-    lines = [f"{len(p.runs)} pretraining runs (each to its largest budget, "
+    lines = []
+    if p.axes:
+        values = {k: sorted({dict(t.axes)[k] for t in p.trials}, key=lambda v: (isinstance(v, str), v)) for k in p.axes}
+        lines.append("axes (the design crossed with every combination; a pretrain.* axis multiplies the runs, a "
+                     "specialize.* one the trials): "
+                     + "; ".join(f"{k} × {len(v)} ({', '.join(axis_text(x) for x in v)})" for k, v in values.items()))
+    lines += [f"{len(p.runs)} pretraining runs (each to its largest budget, "
              + ("a WSD trunk with a cooldown branch to each smaller one" if wsd else "snapshots at the others")
              + "; what reads it):"]
     lines += [f"  {r.name:<32} {r.steps:>7} steps  "

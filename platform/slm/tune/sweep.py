@@ -36,6 +36,7 @@ import json
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import ray
@@ -47,7 +48,7 @@ from ray.tune.schedulers import ASHAScheduler
 
 from slm import methods
 from slm.artifacts import atomic_write_json, read_manifest
-from slm.config import config_hash
+from slm.config import ConfigError, apply_overrides, config_hash, from_dict, to_dict
 from slm.corpus.layout import domains as corpus_domains
 from slm.data.histogram import coarse_histograms, entropy
 from slm.layout import RunLayout, TrainOutput
@@ -60,6 +61,7 @@ from slm.train.budget import dense_flops_per_token
 from slm.train.config import BudgetConfig
 from slm.train.data import packed_arrays, recorded_digest, valid_arrays
 from slm.train.hardware import planning_peak
+from slm.train.numerics import kernels, pinned_environment
 from slm.train.trainer import gpt_config, pretrain, pretrain_data, specialize, tracked
 from slm.tune.config import SweepJob
 from slm.tune.plan import (
@@ -137,7 +139,7 @@ def plan_sweep(cfg: SweepJob, check_data: bool = True) -> Plan:
     directory holds: its tokenizer's vocabulary for the sizes' FLOPs, its packed data (checked unless
     ``check_data=False``: a dry run on another machine than the cluster's), the peak of this machine."""
     check_spec(cfg.sweep)
-    sw = cfg.sweep
+    sw = replace(cfg.sweep, axes=typed_axes(cfg))
     domains = sw.domains or cfg.resample.all_domains
     if check_data:
         _check_data(cfg, domains)
@@ -187,9 +189,39 @@ def _vocab_and_seq_len(cfg: SweepJob) -> tuple[int, int]:
 # ------------------------------------------------------------------------------------------ running
 
 
+def with_axes(cfg: SweepJob, axes: tuple[tuple[str, Any], ...]) -> SweepJob:
+    """The job at these axis values (``sweep.axes``): each key set as an override would set it, and the
+    whole config checked again (an unknown key or a wrong type fails naming the key)."""
+    if not axes:
+        return cfg
+    return from_dict(type(cfg), apply_overrides(to_dict(cfg), [f"{k}={json.dumps(v)}" for k, v in axes]))
+
+
+def typed_axes(cfg: SweepJob) -> dict[str, list[Any]]:
+    """Every axis value checked against the job before anything runs (``sweep.axes.<key>`` named when one
+    does not make a valid job) and given the type the key has: YAML reads ``3e-3`` as text, the config a float."""
+    typed: dict[str, list[Any]] = {}
+    for key, values in cfg.sweep.axes.items():
+        typed[key] = []
+        for value in values:
+            try:
+                job = with_axes(cfg, ((key, value),))
+            except ConfigError as err:
+                raise SweepSpecError(f"config key 'sweep.axes.{key}': the value {value!r} does not make a valid "
+                                     f"job: {err}") from err
+            setting = to_dict(job)  # as the YAML says it: a method's settings under its name (pretrain.model.soup)
+            for part in key.split("."):
+                setting = setting[part]
+            typed[key].append(setting)
+        if len({repr(v) for v in typed[key]}) != len(typed[key]):
+            raise SweepSpecError(f"config key 'sweep.axes.{key}': a value is given twice in {typed[key]}")
+    return typed
+
+
 def run_config(cfg: SweepJob, run: PretrainRun) -> SweepJob:
-    """The job a sweep's pretraining run is: its method, size, domain, budget, snapshots, seed, teacher
-    (``dataclasses.replace`` on the typed sections: no value goes through text)."""
+    """The job a sweep's pretraining run is: its axis values, method, size, domain, budget, snapshots, seed,
+    teacher (``dataclasses.replace`` on the typed sections: no value goes through text but an axis's)."""
+    cfg = with_axes(cfg, run.axes)
     p, size = cfg.pretrain, size_config(run.size)
     train = replace(p.train, budget=BudgetConfig(steps=run.steps),
                     seed=p.train.seed if run.seed is None else run.seed,
@@ -229,6 +261,8 @@ def pretrain_all(cfg: SweepJob, runs: tuple[PretrainRun, ...]) -> None:
     valid_arrays(RunLayout.of(cfg), list(cfg.corpus.domains))
     task = ray.remote(_pretrain_task)
     resources = {"num_cpus": train.cpus_per_worker, "num_gpus": 1 if train.use_gpu else 0, "max_retries": 0}
+    if train.numerics == "pinned":  # workers of their own, started pinned: never one that already ran a kernel
+        resources["runtime_env"] = {"env_vars": pinned_environment()}
     refs: dict[str, ray.ObjectRef] = {}
     for run in runs:
         teachers = [refs[run.teacher]] if run.teacher in refs else []
@@ -245,6 +279,7 @@ def pretrain_all(cfg: SweepJob, runs: tuple[PretrainRun, ...]) -> None:
 def trial_config(cfg: SweepJob, t: Trial) -> SweepJob:
     """The job a trial is: the snapshot it specializes, its domain, data and step budgets, seed, expert
     (C6) and teacher (distillation: wave 1's specialized large model for the same cell and seed)."""
+    cfg = with_axes(cfg, t.axes)
     s = cfg.specialize
     train = replace(s.train, budget=BudgetConfig(steps=t.specialize_steps),
                     seed=s.train.seed if t.seed is None else t.seed)
@@ -437,7 +472,9 @@ def run_sweep(cfg: SweepJob) -> dict:
     log.info(format_plan(p))
     out = sweep_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
-    p = replace(p, data=data_digests(cfg, p))
+    p = replace(p, data=data_digests(cfg, p),
+                kernels={f"{name}.train.numerics": kernels(section.train.numerics)
+                         for name, section in (("pretrain", cfg.pretrain), ("specialize", cfg.specialize))})
     atomic_write_json(out / "plan.json", p.to_json())
     init_ray(cfg.ray)
     pretrain_all(cfg, p.runs)

@@ -50,8 +50,10 @@ def row(t: Trial, m: dict, snapshot: Snapshot, teacher: dict | None = None,
         spec_flops += teacher["cost"]["flops"]
         spec_seconds += teacher["cost"]["device_seconds"]
     d = t.domain
+    setting = asdict(t.as_setting())
+    axes = dict(setting.pop("axes"))  # each axis a column under its config key (sweep.axes)
     return {
-        "trial": t.name, "seed": t.seed, **asdict(t.as_setting()),  # the setting's columns, as the plan names them
+        "trial": t.name, "seed": t.seed, **setting, **axes,  # the setting's columns, as the plan names them
         "params": m["params"], "inference_flops_per_token": m["inference_flops_per_token"],
         "pretrain_flops": pre_flops, "pretrain_device_seconds": pre_seconds,
         "generic_flops": 0.0 if domain_specific else pre_flops,
@@ -68,8 +70,14 @@ def row(t: Trial, m: dict, snapshot: Snapshot, teacher: dict | None = None,
     }
 
 
+def axis_columns(rows: list[dict]) -> list[str]:
+    """The columns of a table's axes (``sweep.axes``): named by their config keys, the only dotted columns."""
+    return sorted({k for r in rows for k in r if "." in k})
+
+
 def write_table(rows: list[dict], out: Path) -> Path:
-    table = pa.Table.from_pylist([{k: r[k] for k in COLUMNS} for r in sorted(rows, key=lambda r: r["trial"])])
+    columns = COLUMNS + axis_columns(rows)
+    table = pa.Table.from_pylist([{k: r.get(k) for k in columns} for r in sorted(rows, key=lambda r: r["trial"])])
     with atomic_path(out / "results.parquet") as tmp:
         pq.write_table(table, tmp)
     with atomic_path(out / "results.csv") as tmp:
@@ -77,7 +85,7 @@ def write_table(rows: list[dict], out: Path) -> Path:
     return out / "results.parquet"
 
 
-# TensorBoard's HParams dashboard: one session per trial (a setting at one seed), its budgets as
+# TensorBoard's HParams dashboard: one session per trial (a setting at one seed), its budgets and axes as
 # hyperparameters (those that vary across the trials; -1: none, a trial without a seed or an expert)
 # and what it measured as metrics.
 HPARAMS = ["method", "size", "domain", "pretrain_steps", "domain_tokens", "specialize_steps", "seed", "expert",
@@ -93,11 +101,13 @@ def write_hparams(rows: list[dict], logdir: Path) -> Path:
     from torch.utils.tensorboard import SummaryWriter
 
     # What is the same for every trial (one domain, no experts) would only crowd out what varies.
-    varying = [k for k in HPARAMS if k == "method" or len({r[k] for r in rows}) > 1]
+    varying = [k for k in HPARAMS + axis_columns(rows) if k == "method" or len({r[k] for r in rows}) > 1]
     # The seed is a label, not a quantity: as text it is a discrete column ("0", not 0.0000) and a filter.
     labels = {"seed"}
     discrete = {k: sorted({str(r[k]) if k in labels else r[k] for r in rows})
-                for k in ("method", "size", "domain", "seed") if k in varying}
+                for k in ["method", "size", "domain", "seed"] + [a for a in axis_columns(rows)
+                                                                 if any(isinstance(r[a], str) for r in rows)]
+                if k in varying}
     with atomic_path(logdir / "hparams") as tmp, SummaryWriter(log_dir=str(tmp)) as writer:
         for r in sorted(rows, key=lambda r: r["trial"]):
             hparams = {k: -1 if r[k] is None else str(r[k]) if k in labels else r[k] for k in varying}
@@ -121,7 +131,7 @@ def write_mlflow(rows: list[dict], tracking_uri: str, experiment: str) -> str:
     experiment_id = found.experiment_id if found else client.create_experiment(experiment)
     known = {r.data.tags["slm.trial"]: r.info.run_id for r in
              client.search_runs([experiment_id], max_results=50_000) if "slm.trial" in r.data.tags}
-    varying = [k for k in HPARAMS if k == "method" or len({r[k] for r in rows}) > 1]
+    varying = [k for k in HPARAMS + axis_columns(rows) if k == "method" or len({r[k] for r in rows}) > 1]
     for r in sorted(rows, key=lambda r: r["trial"]):
         run_id = known.get(r["trial"])
         if run_id is None:
@@ -195,7 +205,9 @@ def write_curves(runs: tuple[PretrainRun, ...], layout: RunLayout, out: Path) ->
                 rows.append({"run": name, "role": role, "method": run.method, "size": run.size,
                              "seed": run.seed, "step": step, "tokens": m["tokens"], "flops": m["flops"],
                              "loss": m["eval.macro.loss"], "perplexity": m["eval.macro.perplexity"],
-                             "accuracy": m["eval.macro.accuracy"]})
+                             "accuracy": m["eval.macro.accuracy"],
+                             # a run pretrained for one domain (SLM-is): its loss there, what it is trained for
+                             "domain_loss": m.get(f"eval.{run.domain}.loss") if run.domain else None})
     return write_curve_rows(rows, out / "curves.parquet")
 
 
@@ -205,10 +217,15 @@ CURVE_SCHEMA = pa.schema([(c, pa.string()) for c in ("run", "role", "method", "s
 
 
 def write_curve_rows(rows: list[dict], path: Path) -> Path:
-    """A curves table (temp, then rename), a row per (run, step): the first of any repeats."""
+    """A curves table (temp, then rename), a row per (run, step): the first of any repeats. ``domain_loss``
+    is a column only where a run has one (tables written before it, and sweeps without a per-domain run,
+    keep their schema)."""
     rows = list({(r["run"], r["step"]): r for r in reversed(rows)}.values())[::-1]
+    schema = CURVE_SCHEMA
+    if any(r.get("domain_loss") is not None for r in rows):
+        schema = schema.append(pa.field("domain_loss", pa.float64()))
     with atomic_path(path) as tmp:
-        pq.write_table(pa.Table.from_pylist(sorted(rows, key=lambda r: (r["run"], r["step"])), schema=CURVE_SCHEMA), tmp)
+        pq.write_table(pa.Table.from_pylist(sorted(rows, key=lambda r: (r["run"], r["step"])), schema=schema), tmp)
     return path
 
 
