@@ -25,9 +25,13 @@ def _perturbed(cfg: GPTConfig) -> GPT:
     return model
 
 
-@pytest.mark.parametrize("mlp, architecture", [("gelu", "ArceeForCausalLM"), ("swiglu", "LlamaForCausalLM")])
-def test_exported_model_has_our_logits_and_generates(mlp, architecture, tmp_path):
-    model = _perturbed(GPTConfig(vocab_size=300, seq_len=64, n_layer=2, d_model=64, n_head=2, d_ff=128, mlp=mlp))
+@pytest.mark.parametrize("mlp, architecture, parametrization", [
+    ("gelu", "ArceeForCausalLM", "sp"), ("swiglu", "LlamaForCausalLM", "sp"),
+    # µP at twice its base width and depth: the readout's 1/m and CompleteP's branch multiplier are folded in
+    ("gelu", "ArceeForCausalLM", "mup")])
+def test_exported_model_has_our_logits_and_generates(mlp, architecture, parametrization, tmp_path):
+    model = _perturbed(GPTConfig(vocab_size=300, seq_len=64, n_layer=2, d_model=64, n_head=2, d_ff=128, mlp=mlp,
+                                 parametrization=parametrization, mup_base_width=32, mup_base_depth=1))
     save_pretrained(model, tmp_path)  # no tokenizer, no end-of-text token: generation runs its 6 steps
     hf = AutoModelForCausalLM.from_pretrained(tmp_path, local_files_only=True).eval()
     assert type(hf).__name__ == architecture

@@ -7,8 +7,9 @@ with the section's own ``validate``. A sweep comparing several methods carries e
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from slm.config import ConfigError, Registry
 
@@ -24,6 +25,11 @@ class ModelConfig:
 
     preset: str = "cpu-small"
     depth: int = 0  # > 0: GPTConfig.from_depth(depth) instead of the preset
+    width: int = 0  # with depth: d_model (a multiple of 64: 64-dim heads); 0: nanochat's 64·depth
+    # sp (standard) or mup (µP with CompleteP's depth scaling, relative to the base shape below): GPTConfig
+    parametrization: Literal["sp", "mup"] = "sp"
+    mup_base_width: int = 64
+    mup_base_depth: int = 1
     # vocab_size and seq_len always come from the tokenizer and the packed data.
     methods: dict[str, Any] = METHOD_SETTINGS.field()  # YAML: one key per method, ``projected: {…}``
 
@@ -33,10 +39,17 @@ class ModelConfig:
                               f"{MAX_DEPTH} layers of width {64 * MAX_DEPTH}, ~13B parameters), got {self.depth}")
         if self.depth < 0:
             raise ConfigError(f"config key '{prefix}depth': must be ≥ 0, got {self.depth}")
+        if self.width and (not self.depth or self.width % 64 or self.width < 0):
+            raise ConfigError(f"config key '{prefix}width': a multiple of 64 (64-dim heads), with a depth; got "
+                              f"{self.width} at depth {self.depth}")
+        if self.mup_base_width < 1 or self.mup_base_depth < 1:
+            raise ConfigError(f"config key '{prefix}mup_base_width' / 'mup_base_depth': must be positive")
 
     @property
     def size_name(self) -> str:
-        return f"d{self.depth}" if self.depth else self.preset
+        if not self.depth:
+            return self.preset
+        return f"d{self.depth}" + (f"w{self.width}" if self.width and self.width != 64 * self.depth else "")
 
     def settings(self, method: str) -> Any:
         """The settings section of ``method`` (``pretrain.model.<method>``)."""
@@ -46,14 +59,21 @@ class ModelConfig:
         return self.methods[method]
 
 
+SIZE_NAME = re.compile(r"d(\d+)(?:w(\d+))?")
+
+
 def size_config(size: str, key: str = "sweep.sizes") -> ModelConfig:
-    """A sweep's size name → ModelConfig: ``d<depth>`` (nanochat's dial, depth 1 to ``MAX_DEPTH``) or a
-    preset name; anything else is refused naming ``key``."""
-    if size.startswith("d") and size[1:].isdigit():
-        depth = int(size[1:])
+    """A sweep's size name → ModelConfig: ``d<depth>`` (nanochat's dial, depth 1 to ``MAX_DEPTH``, width
+    64·depth), ``d<depth>w<width>`` (that depth at another width, a multiple of 64) or a preset name; anything
+    else is refused naming ``key``."""
+    named = SIZE_NAME.fullmatch(size)
+    if named:
+        depth, width = int(named[1]), int(named[2] or 0)
         if not 1 <= depth <= MAX_DEPTH:
             raise ConfigError(f"config key '{key}': {size!r} has depth {depth}; d<depth> takes 1 to {MAX_DEPTH}")
-        return ModelConfig(depth=depth)
+        if width and (width % 64 or not 64 <= width <= 64 * MAX_DEPTH):
+            raise ConfigError(f"config key '{key}': {size!r} has width {width}; a multiple of 64 up to {64 * MAX_DEPTH}")
+        return ModelConfig(depth=depth, width=width)
     from slm.models.gpt import PRESETS  # torch: only for a preset name
 
     if size not in PRESETS:

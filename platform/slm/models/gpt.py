@@ -40,6 +40,15 @@ class GPTConfig:
     rope_base: float = 10000.0
     norm_eps: float = 1e-6
     init_std: float = 0.02
+    # sp: the standard parametrization (GPT-2's init, one learning rate). mup: maximal-update
+    # parametrization (Yang et al., Tensor Programs V) with CompleteP's depth scaling (Dey et al. 2025, α = 1),
+    # relative to a base shape at which it is the standard one: hidden matrices initialised at
+    # init_std/√m and trained at lr/m, the logits multiplied by 1/m (m = d_model / mup_base_width), each
+    # residual branch by mup_base_depth / n_layer — so the best learning rate found at the base shape
+    # carries to wider and deeper models (docs/training.md, "Parametrization").
+    parametrization: Literal["sp", "mup"] = "sp"
+    mup_base_width: int = 64
+    mup_base_depth: int = 1
 
     def validate(self, prefix: str = "") -> None:
         for name in ("vocab_size", "seq_len", "n_layer", "d_model", "n_head", "d_ff"):
@@ -52,6 +61,29 @@ class GPTConfig:
             raise ModelConfigError(f"{prefix}head dim {self.d_model // self.n_head} must be even for RoPE")
         if self.mlp not in ("gelu", "swiglu"):
             raise ModelConfigError(f"{prefix}mlp must be 'gelu' or 'swiglu', got {self.mlp!r}")
+        if self.parametrization not in ("sp", "mup"):
+            raise ModelConfigError(f"{prefix}parametrization must be 'sp' or 'mup', got {self.parametrization!r}")
+        if self.mup_base_width < 1 or self.mup_base_depth < 1:
+            raise ModelConfigError(f"{prefix}mup_base_width and {prefix}mup_base_depth must be positive")
+
+    @property
+    def width_mult(self) -> float:
+        """µP's m: this width over the base width (1 under the standard parametrization)."""
+        return self.d_model / self.mup_base_width if self.parametrization == "mup" else 1.0
+
+    @property
+    def branch_mult(self) -> float:
+        """CompleteP's residual-branch multiplier, base depth over depth (1 under the standard one)."""
+        return self.mup_base_depth / self.n_layer if self.parametrization == "mup" else 1.0
+
+    def lr_scale(self, name: str, param: torch.Tensor) -> float:
+        """The factor on the learning rate of parameter ``name`` of any model built from this config (a GPT,
+        or a method's model holding GPT-shaped weights: soup experts, SLM-pn's bank, SLM-mix's experts):
+        under µP 1/m for the hidden matrices — every weight of at least two dimensions inside the blocks —
+        and 1 for the embedding, the norms and a method's width-independent parts (the soup's router, SLM-pn's
+        mixing and expert embedding)."""
+        hidden = param.dim() >= 2 and "blocks" in name
+        return 1 / self.width_mult if hidden else 1.0
 
     @property
     def head_dim(self) -> int:
@@ -140,10 +172,14 @@ class Block(nn.Module):
         self.attn = Attention(cfg)
         self.mlp_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.mlp = MLP(cfg)
+        self.branch_mult = cfg.branch_mult  # CompleteP under µP; 1 under the standard parametrization
 
     def forward(self, x, cos, sin):
-        x = x + self.attn(self.attn_norm(x), cos, sin)
-        return x + self.mlp(self.mlp_norm(x))
+        if self.branch_mult == 1.0:
+            x = x + self.attn(self.attn_norm(x), cos, sin)
+            return x + self.mlp(self.mlp_norm(x))
+        x = x + self.branch_mult * self.attn(self.attn_norm(x), cos, sin)
+        return x + self.branch_mult * self.mlp(self.mlp_norm(x))
 
 
 @dataclass
@@ -165,6 +201,16 @@ def lm_output(logits: torch.Tensor, targets: torch.Tensor | None = None) -> LMOu
     return out
 
 
+def init_std(cfg: GPTConfig, name: str) -> float:
+    """A weight matrix's initial standard deviation. Standard: N(0, init_std²), the residual branches' output
+    projections over √(2·n_layer) (GPT-2). µP: the hidden matrices over √m (fan-in scaling relative to the base
+    width) and no depth factor (CompleteP's branch multiplier takes its place); the embedding stays at init_std."""
+    if cfg.parametrization == "mup":
+        return cfg.init_std / math.sqrt(cfg.width_mult) if "blocks" in name else cfg.init_std
+    scale = 1 / math.sqrt(2 * cfg.n_layer) if name.endswith("proj.weight") else 1.0
+    return cfg.init_std * scale
+
+
 class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -179,12 +225,9 @@ class GPT(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        std = self.config.init_std
         for name, p in self.named_parameters():
             if p.dim() == 2:
-                # Residual-branch outputs scaled by depth (GPT-2), the rest N(0, std²).
-                scale = 1 / math.sqrt(2 * self.config.n_layer) if name.endswith("proj.weight") else 1.0
-                nn.init.normal_(p, mean=0.0, std=std * scale)
+                nn.init.normal_(p, mean=0.0, std=init_std(self.config, name))
             else:
                 nn.init.ones_(p)
 
@@ -195,6 +238,8 @@ class GPT(nn.Module):
         for block in self.blocks:
             x = block(x, self.rope_cos, self.rope_sin)
         logits = F.linear(self.norm(x), self.embed.weight)  # tied output embedding
+        if self.config.parametrization == "mup":  # µP's readout: the shared embedding's logits over m
+            logits = logits / self.config.width_mult
         return lm_output(logits, targets)
 
     # -------------------------------------------------------------------------------- accounting

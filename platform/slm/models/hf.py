@@ -35,7 +35,7 @@ def hf_config(cfg: GPTConfig, bos_token_id: int | None = None, eos_token_id: int
     common = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
                   num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.n_head,
                   head_dim=cfg.head_dim, max_position_embeddings=cfg.seq_len, rms_norm_eps=cfg.norm_eps,
-                  rope_theta=cfg.rope_base, tie_word_embeddings=True, attention_bias=False, mlp_bias=False,
+                  rope_theta=cfg.rope_base, tie_word_embeddings=cfg.width_mult == 1, attention_bias=False, mlp_bias=False,
                   bos_token_id=bos_token_id, eos_token_id=eos_token_id, pad_token_id=eos_token_id)
     if cfg.mlp == "gelu":
         return ArceeConfig(hidden_act="gelu", **common)
@@ -43,18 +43,23 @@ def hf_config(cfg: GPTConfig, bos_token_id: int | None = None, eos_token_id: int
 
 
 def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
-    """Our weights under the transformers model's names (the fused qkv split into q, k and v)."""
+    """Our weights under the transformers model's names (the fused qkv split into q, k and v). µP's multipliers
+    are folded into the weights they follow: CompleteP's branch multiplier into each branch's output
+    projection, the readout's 1/m into an output projection of its own (untied: the embedding stays as it is)."""
     cfg, state = model.config, model.state_dict()
     out = {"model.embed_tokens.weight": state["embed.weight"], "model.norm.weight": state["norm.weight"]}
+    if cfg.width_mult != 1:
+        out["lm_head.weight"] = state["embed.weight"] / cfg.width_mult
     for i in range(cfg.n_layer):
         ours, theirs = f"blocks.{i}.", f"model.layers.{i}."
         q, k, v = state[ours + "attn.qkv.weight"].chunk(3, dim=0)
         out.update({
             theirs + "self_attn.q_proj.weight": q, theirs + "self_attn.k_proj.weight": k,
-            theirs + "self_attn.v_proj.weight": v, theirs + "self_attn.o_proj.weight": state[ours + "attn.proj.weight"],
+            theirs + "self_attn.v_proj.weight": v,
+            theirs + "self_attn.o_proj.weight": state[ours + "attn.proj.weight"] * cfg.branch_mult,
             theirs + "input_layernorm.weight": state[ours + "attn_norm.weight"],
             theirs + "post_attention_layernorm.weight": state[ours + "mlp_norm.weight"],
-            theirs + "mlp.down_proj.weight": state[ours + "mlp.proj.weight"],
+            theirs + "mlp.down_proj.weight": state[ours + "mlp.proj.weight"] * cfg.branch_mult,
         })
         if cfg.mlp == "gelu":
             out[theirs + "mlp.up_proj.weight"] = state[ours + "mlp.fc.weight"]
@@ -72,7 +77,8 @@ def to_hf(model: GPT, bos_token_id: int | None = None, eos_token_id: int | None 
     # The tied output projection is the embedding: transformers lists it as missing and ties it.
     if unexpected or set(missing) - {"lm_head.weight"}:
         raise ValueError(f"the conversion does not fit {type(hf).__name__}: missing {missing}, unexpected {unexpected}")
-    hf.tie_weights()
+    if config.tie_word_embeddings:
+        hf.tie_weights()
     return hf.float().eval()
 
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 from torch.func import functional_call
 
-from slm.models.gpt import GPT, GPTConfig, LMOutput, ModelConfigError, lm_output
+from slm.models.gpt import GPT, GPTConfig, LMOutput, ModelConfigError, init_std, lm_output
 from slm.models.mixture import check_expert_ids, routed_logits
 
 
@@ -59,8 +59,7 @@ class ProjectedNetwork(nn.Module):
         for name in self.ffn_names:
             key = name.replace(".", "__")
             nn.init.normal_(self.mixing[key], std=1.0 / math.sqrt(self.expert_dim))
-            scale = 1 / math.sqrt(2 * self.config.n_layer) if name.endswith("proj.weight") else 1.0
-            nn.init.normal_(self.bank[key], std=self.config.init_std * scale / math.sqrt(self.bank_size))
+            nn.init.normal_(self.bank[key], std=init_std(self.config, name) / math.sqrt(self.bank_size))
 
     def expert_weights(self, expert: int) -> dict[str, torch.Tensor]:
         """W^(l,i) for every projected weight of expert i: (E[i] @ M^(l)) contracted with T^(l)."""

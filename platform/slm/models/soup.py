@@ -12,6 +12,7 @@ Training draws h from a prior with s active domains (``DomainPrior``) and the ba
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -72,8 +73,10 @@ class SoupOfExperts(nn.Module):
         self.mixed_names = [n for n, _ in self.shared.named_parameters() if experts_on == "all" or ".mlp." in n]
         # E_j stacked per weight: shape (n, *weight.shape). Zero-initialised by default, so that
         # Θ(h) = S at the start (as LoRA's B); the router then learns while the experts move apart.
+        # Under µP a hidden weight's experts start at its scale's 1/√m, as the weight does (1 otherwise).
         self.experts = nn.ParameterDict({
-            n.replace(".", "__"): nn.Parameter(torch.randn(n_experts, *p.shape) * expert_init_std)
+            n.replace(".", "__"): nn.Parameter(torch.randn(n_experts, *p.shape) * expert_init_std
+                                               / (math.sqrt(cfg.width_mult) if "blocks" in n else 1.0))
             for n, p in self.shared.named_parameters() if n in self.mixed_names
         })
         hidden = router_hidden or 4 * n_domains

@@ -97,10 +97,11 @@ class TrainModule:
         if train.strategy == "deepspeed":
             self.strategy = DeepSpeedStrategy(model, train.optim, horizon, zero_stage=train.zero_stage,
                                               micro_batch=train.batch_size, precision=precision,
-                                              device_type=device.type)
+                                              device_type=device.type, lr_scale=self.dense_config.lr_scale)
         else:
             self.strategy = DDPStrategy(model, train.optim, horizon, distributed=placement.wrap_ddp,
-                                        find_unused_parameters=self.method.find_unused_parameters)
+                                        find_unused_parameters=self.method.find_unused_parameters,
+                                        lr_scale=self.dense_config.lr_scale)
 
     # ------------------------------------------------------------------------------------ running
 

@@ -54,19 +54,30 @@ DECAY: dict[str, Callable[[float], float]] = {
 }
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Weight decay on matrices only (not norms, not the soup router's biases)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
-    rest = [p for p in params if p.dim() < 2]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+LrScale = Callable[[str, torch.Tensor], float]
 
 
-def make_optimizer(model: nn.Module, optim: OptimConfig, horizon: int | None, fused: bool = False):
+def param_groups(model: nn.Module, weight_decay: float, lr_scale: LrScale | None = None) -> list[dict]:
+    """Weight decay on matrices only (not norms, not the soup router's biases); under µP each group also has
+    its parameters' learning-rate factor (``GPTConfig.lr_scale``: 1/m for the hidden matrices). The groups at
+    the peak rate come first: the rate a run logs is the first group's."""
+    groups: dict[tuple[bool, float], list[torch.Tensor]] = {}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            groups.setdefault((p.dim() >= 2, lr_scale(name, p) if lr_scale else 1.0), []).append(p)
+    ordered = sorted(groups.items(), key=lambda kv: (kv[0][1] != 1.0, not kv[0][0]))
+    return [{"params": params, "weight_decay": weight_decay if decay else 0.0, "lr_scale": scale}
+            for (decay, scale), params in ordered]
+
+
+def make_optimizer(model: nn.Module, optim: OptimConfig, horizon: int | None, fused: bool = False,
+                   lr_scale: LrScale | None = None):
     """AdamW and its schedule. ``fused``: torch's single-kernel AdamW (DDP; DeepSpeed's ZeRO wrapper
-    steps the optimizer over its own flattened partitions, so it gets the default implementation)."""
-    opt = torch.optim.AdamW(param_groups(model, optim.weight_decay), lr=optim.lr,
-                            betas=(optim.beta1, optim.beta2), eps=1e-8, fused=fused or None)
+    steps the optimizer over its own flattened partitions, so it gets the default implementation).
+    ``lr_scale``: each parameter's factor on the peak rate (µP); the schedule scales every group alike."""
+    groups = [{"params": g["params"], "weight_decay": g["weight_decay"], "lr": optim.lr * g["lr_scale"]}
+              for g in param_groups(model, optim.weight_decay, lr_scale)]
+    opt = torch.optim.AdamW(groups, lr=optim.lr, betas=(optim.beta1, optim.beta2), eps=1e-8, fused=fused or None)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(optim, horizon))
 
 
@@ -78,9 +89,9 @@ class DDPStrategy:
     autocasts = False  # the loop enters the autocast around the forward (TrainModule.step)
 
     def __init__(self, model: nn.Module, optim: OptimConfig, horizon: int | None, *, distributed: bool,
-                 find_unused_parameters: bool = False):
+                 find_unused_parameters: bool = False, lr_scale: LrScale | None = None):
         self.raw = model
-        self.optimizer, self.scheduler = make_optimizer(model, optim, horizon, fused=True)
+        self.optimizer, self.scheduler = make_optimizer(model, optim, horizon, fused=True, lr_scale=lr_scale)
         self.grad_clip = optim.grad_clip
         if distributed:
 
@@ -148,11 +159,11 @@ class DeepSpeedStrategy:
     autocasts = True
 
     def __init__(self, model: nn.Module, optim: OptimConfig, horizon: int | None, *, zero_stage: int,
-                 micro_batch: int, precision: Precision, device_type: str):
+                 micro_batch: int, precision: Precision, device_type: str, lr_scale: LrScale | None = None):
         import deepspeed  # only with train.strategy: deepspeed (its import alone takes seconds)
 
         self.raw = model
-        opt, sched = make_optimizer(model, optim, horizon)
+        opt, sched = make_optimizer(model, optim, horizon, lr_scale=lr_scale)
         config = {
             "train_micro_batch_size_per_gpu": micro_batch,
             "gradient_accumulation_steps": 1,

@@ -69,11 +69,17 @@ def coarse_histograms(cfg: TrainJob) -> dict[str, list[float]]:
 
 
 def gpt_config(model_cfg, vocab: int, seq_len: int):
+    """The GPT a ``pretrain.model`` section describes: its size (depth and width, or a preset) and its
+    parametrization."""
+    shape = {"vocab_size": vocab, "seq_len": seq_len, "parametrization": model_cfg.parametrization,
+             "mup_base_width": model_cfg.mup_base_width, "mup_base_depth": model_cfg.mup_base_depth}
     if model_cfg.depth:
-        cfg = GPTConfig.from_depth(model_cfg.depth, vocab_size=vocab, seq_len=seq_len)
+        width = {"d_model": model_cfg.width, "n_head": model_cfg.width // 64, "d_ff": 4 * model_cfg.width} \
+            if model_cfg.width else {}
+        cfg = GPTConfig.from_depth(model_cfg.depth, **shape, **width)
         cfg.validate()
         return cfg
-    return preset(model_cfg.preset, vocab_size=vocab, seq_len=seq_len)
+    return preset(model_cfg.preset, **shape)
 
 
 # ----------------------------------------------------------------------------------------- Ray Train

@@ -128,7 +128,8 @@ AXIS_SECTIONS = ("pretrain.", "specialize.")
 PLANNED_KEYS = {
     "pretrain.method": "sweep.methods", "pretrain.name": "sweep.methods", "pretrain.domain": "sweep.domains",
     "pretrain.snapshot_steps": "sweep.pretrain_steps", "pretrain.train.budget": "sweep.pretrain_steps",
-    "pretrain.train.seed": "sweep.seeds", "pretrain.model.depth": "sweep.sizes", "pretrain.model.preset": "sweep.sizes",
+    "pretrain.train.seed": "sweep.seeds", "pretrain.model.depth": "sweep.sizes", "pretrain.model.width": "sweep.sizes",
+    "pretrain.model.preset": "sweep.sizes",
     "pretrain.teacher.checkpoint": "sweep.salt_kd_share", "pretrain.teacher.kd_steps": "sweep.salt_kd_share",
     "pretrain.output": "sweep.output", "specialize.source": "sweep.pretrain_steps", "specialize.name": "sweep.methods",
     "specialize.domain": "sweep.domains", "specialize.domain_tokens": "sweep.domain_tokens",

@@ -95,7 +95,8 @@ def _measure(cfg: SweepJob, vocab: int, item: ProbeItem, work: Path) -> Rate:
 
     section = cfg.pretrain if item.section == "pretrain" else cfg.specialize
     seq_len, k = cfg.pack.seq_len, cfg.cluster.k
-    model = replace(cfg.pretrain.model, depth=size_config(item.size).depth, preset=size_config(item.size).preset)
+    size = size_config(item.size)
+    model = replace(cfg.pretrain.model, depth=size.depth, width=size.width, preset=size.preset)
     arch = methods.get(item.method).bind(model).architecture(gpt_config(model, vocab, seq_len), k)
     steps = WARMUP_STEPS + PROBE_STEPS
     train: TrainConfig = replace(section.train, budget=BudgetConfig(steps=steps), eval_every=0, checkpoint_every=0,

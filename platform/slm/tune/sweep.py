@@ -232,7 +232,7 @@ def run_config(cfg: SweepJob, run: PretrainRun) -> SweepJob:
                           kd_steps=run.kd_steps)
     pretrain = replace(p, method=run.method, name=run.name, domain=run.domain or p.domain,
                        snapshot_steps=list(run.snapshots), train=train,
-                       model=replace(p.model, depth=size.depth, preset=size.preset), teacher=teacher)
+                       model=replace(p.model, depth=size.depth, width=size.width, preset=size.preset), teacher=teacher)
     return replace(cfg, pretrain=pretrain)
 
 
