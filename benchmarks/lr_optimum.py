@@ -39,13 +39,13 @@ def main() -> None:
     for budget in budgets:
         losses = tuning.proxy_losses(curves, runs, PRETRAIN_AXIS, budget)
         if losses:
-            found[f"pretrain@{budget}"] = [tuning.optimum(m, s, by_seed) for (m, s), by_seed in sorted(losses.items())]
+            found[f"pretrain@{budget}"] = tuning.optima(losses)
             text.append(tuning.markdown(found[f"pretrain@{budget}"],
                                         f"## Pretraining rate, fully trained proxy at {budget:,} steps"))
     rows = read_table(args.tables)
     if rows and SPECIALIZE_AXIS in rows[0]:
         losses = tuning.specialized_losses(rows, SPECIALIZE_AXIS)
-        found["specialize"] = [tuning.optimum(m, s, by_seed) for (m, s), by_seed in sorted(losses.items())]
+        found["specialize"] = tuning.optima(losses)
         text.append(tuning.markdown(found["specialize"], "## Specialization rate (log perplexity, mean over domains)"))
     markdown = "# Each method's own learning rate\n\n" + "\n".join(text)
     atomic_write_text(out / "optima.md", markdown)

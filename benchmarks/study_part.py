@@ -83,9 +83,11 @@ def main() -> None:
         shutil.copy2(sweep / table, out / table)
     # The part's own report is a convenience (the combined one is the study's): if it failed, the tables
     # the sweep wrote are still the part's result, and part.json says the report did not run.
-    report_written = not rc and all((sweep / "report" / text).exists() for text in ("summary.md", "claims.md"))
+    # A sweep with axes (sweep.axes) reports each combination of values under report/at/: its axes.md is the part's.
+    texts = ("axes.md",) if (sweep / "report" / "axes.md").exists() else ("summary.md", "claims.md")
+    report_written = not rc and all((sweep / "report" / text).exists() for text in texts)
     if report_written:
-        for text in ("summary.md", "claims.md"):
+        for text in texts:
             shutil.copy2(sweep / "report" / text, out / text)
     plan = json.loads((sweep / "plan.json").read_text())
     flags = sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})

@@ -7,7 +7,8 @@
     slm data embed|cluster|histogram|resample|tokenizer|pack [--config JOB.yaml] [key=value ...]
     slm data resample --domain D --tokens N --method crisp|dsir|uniform [...]
     slm train pretrain|specialize [--method M] [--source S] [--domain D] [--config JOB.yaml] [key=value ...]
-    slm sweep JOB.yaml [--dry-run] [key=value ...]; slm report SWEEP; slm advise --sweep SWEEP ...
+    slm sweep JOB.yaml [--dry-run] [key=value ...]; slm report SWEEP; slm advise --sweep SWEEP ...;
+    slm rate --tuned TABLES --size d2w256
     slm export MODEL --format hf OUT            a Hugging Face folder (transformers, offline)
     slm generate MODEL --prompt TEXT [...]      sample a continuation (an slm model or an exported folder)
     slm eval MODEL --domain D [...]             perplexity on D's valid split through lm-evaluation-harness
@@ -180,6 +181,13 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_rate(args) -> int:
+    from slm.analysis.tuning import rate_from_tables
+
+    print(rate_from_tables(args.tuned, args.size, args.parametrization).text())
+    return 0
+
+
 def cmd_advise(args) -> int:
     from slm.analysis.advise import advise_sweep, format_advice
 
@@ -332,6 +340,12 @@ def parser() -> argparse.ArgumentParser:
     adv.add_argument("--unit", choices=["flops", "device_seconds"], default="flops",
                      help="the unit of the pretraining and specialization budgets")
     adv.set_defaults(fn=cmd_advise)
+    rate = sub.add_parser("rate", help="the peak learning rate for your model's size, from a transfer sweep's tables")
+    rate.add_argument("--tuned", required=True, help="a transfer sweep's tables (`slm report --tables … --out` of "
+                                                     "jobs/sweeps/transfer.yaml's parts, or a sweep folder)")
+    rate.add_argument("--size", required=True, help="your size: d<depth> or d<depth>w<width>")
+    rate.add_argument("--parametrization", choices=["sp", "mup"], default="mup")
+    rate.set_defaults(fn=cmd_rate)
 
     def model_argument(sp, optional: bool = False):
         sp.add_argument("model", nargs="?" if optional else None,

@@ -4,6 +4,7 @@ tuning run (docs/results.md, "Each method's own learning rate"); these tests say
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -70,10 +71,40 @@ def test_losses_are_read_from_the_tables_as_the_sweep_writes_them():
               {"run": "generic-d1-lr0.01-seed0@500", "step": 500, "loss": 3.8},
               {"run": "importance-legal-d1-lr0.02-seed1", "step": 1000, "loss": 4.0, "domain_loss": 2.9}]
     assert proxy_losses(curves, runs, "pretrain.train.optim.lr", 1000) == {
-        ("generic", "d1"): {0: {0.01: 3.5}}, ("importance", "d1"): {1: {0.02: 2.9}}}
-    assert proxy_losses(curves, runs, "pretrain.train.optim.lr", 500) == {("generic", "d1"): {0: {0.01: 3.8}}}
+        ("generic", "d1", ()): {0: {0.01: 3.5}}, ("importance", "d1", ()): {1: {0.02: 2.9}}}
+    assert proxy_losses(curves, runs, "pretrain.train.optim.lr", 500) == {("generic", "d1", ()): {0: {0.01: 3.8}}}
     rows = [{"method": "soup", "size": "d1", "seed": 0, "lr": 1e-3, "perplexity": math.e ** 2},
             {"method": "soup", "size": "d1", "seed": 0, "lr": 1e-3, "perplexity": math.e ** 4}]
-    assert specialized_losses(rows, "lr") == {("soup", "d1"): {0: {1e-3: pytest.approx(3.0)}}}
+    assert specialized_losses(rows, "lr") == {("soup", "d1", ()): {0: {1e-3: pytest.approx(3.0)}}}
     table = markdown([optimum("soup", "d1", world(1e-2, 0.001, 2, random.Random(0)))], "Pretraining")
-    assert table.startswith("Pretraining") and "| soup | d1 | 2 |" in table and "left at 0.01" in table
+    assert table.startswith("Pretraining") and "| soup | d1 | — | 2 |" in table and "left at 0.01" in table
+
+
+def test_slm_rate_proposes_a_rate_only_where_the_optimum_carried(tmp_path, slm_cli):
+    """A transfer sweep's tables as the sweep writes them (a plan with the axes, a curves table): under µP every
+    size's optimum is the base's, so `slm rate` proposes it, labelled an extrapolation beyond the measured sizes;
+    under the standard parametrization the optimum halves with each doubling of the width, so it proposes none."""
+    from slm.tune.table import write_curve_rows
+
+    sizes = {"d1": 0, "d1w128": 1, "d1w256": 2, "d2w64": 0}  # standard: the optimum's steps down from d1's
+    runs, curves = [], []
+    for param in ("sp", "mup"):
+        for size, shift in sizes.items():
+            for seed in (0, 1):
+                for rate in RATES:
+                    name = f"generic-{size}-parametrization{param}-lr{rate:g}-seed{seed}"
+                    best = 1e-2 / 2 ** (shift if param == "sp" else 0)
+                    runs.append({"name": name, "method": "generic", "size": size, "seed": seed, "steps": 500,
+                                 "domain": None, "branches": [],
+                                 "axes": [["pretrain.model.parametrization", param], ["pretrain.train.optim.lr", rate]]})
+                    curves.append({"run": name, "role": "grid", "method": "generic", "size": size, "seed": seed,
+                                   "step": 500, "tokens": 0, "flops": 0.0, "perplexity": 0.0, "accuracy": 0.0,
+                                   "loss": 3.5 + 0.02 * math.log2(rate / best) ** 2 + 0.001 * seed})
+    (tmp_path / "plan.json").write_text(json.dumps({"runs": runs}))
+    write_curve_rows(curves, tmp_path / "curves.parquet")
+    mup = slm_cli("rate", "--tuned", str(tmp_path), "--size", "d4w512").stdout
+    assert "d4w512 under mup: peak rate 0.01 (95% 0.01 to 0.01)" in mup and "an extrapolation" in mup
+    inside = slm_cli("rate", "--tuned", str(tmp_path), "--size", "d1w128").stdout
+    assert "within the measured sizes" in inside
+    sp = slm_cli("rate", "--tuned", str(tmp_path), "--size", "d1w256", "--parametrization", "sp").stdout
+    assert "no rate proposed for d1w256 under sp" in sp and "d1w256 -2.00" in sp and "tune the rate" in sp

@@ -25,6 +25,8 @@ import math
 import random
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from slm.analysis.stats import half_width
 
@@ -52,6 +54,7 @@ class Optimum:
     gain_high: float | None
     seed_noise: float | None  # standard deviation over seeds of the loss at the reference (None at one seed)
     steps_from_reference: float  # |log2(optimum / reference)| in grid steps
+    at: tuple[tuple[str, Any], ...] = ()  # the sweep's other axes' values (the transfer's parametrization)
 
     @property
     def rerun(self) -> bool:
@@ -95,7 +98,8 @@ def vertex(rates: list[float], losses: list[float]) -> tuple[float, bool]:
     return min(max(-b / (2 * a), x0), x2), False
 
 
-def optimum(method: str, size: str, by_seed: dict[int, dict[float, float]], seed: int = 0) -> Optimum:
+def optimum(method: str, size: str, by_seed: dict[int, dict[float, float]], seed: int = 0,
+            at: tuple[tuple[str, Any], ...] = ()) -> Optimum:
     """The optimum, gain and noise of one (method, size) from each seed's loss at each grid rate
     (``by_seed[seed][rate]``); every seed must have every rate."""
     rates = sorted(next(iter(by_seed.values())))
@@ -124,48 +128,126 @@ def optimum(method: str, size: str, by_seed: dict[int, dict[float, float]], seed
     return Optimum(method, size, len(seeds), tuple(rates), 2 ** x, 2 ** lo, 2 ** hi, nearest,
                    any(edge for _, edge in fits), statistics.fmean(by_seed[s][REFERENCE_RATE] for s in seeds),
                    statistics.fmean(by_seed[s][nearest] for s in seeds), gain, gain_low, gain_high, noise,
-                   abs(x - math.log2(REFERENCE_RATE)) / step)
+                   abs(x - math.log2(REFERENCE_RATE)) / step, at)
+
+
+Key = tuple[str, str, tuple[tuple[str, Any], ...]]  # (method, size, the other axes' values)
 
 
 def proxy_losses(curves: list[dict], runs: dict[str, dict], axis: str, budget: int
-                 ) -> dict[tuple[str, str], dict[int, dict[float, float]]]:
-    """From a tuning sweep's curves table: each (method, size)'s fully trained loss at pretraining ``budget``
-    (a cooldown branch's final evaluation, or the trunk's at its own length), by seed and rate. The measure
-    is the macro valid loss, or a per-domain run's loss on its domain (``domain_loss``: SLM-is is trained for
-    it). ``runs``: the plan's runs by name (their axes and length)."""
-    out: dict[tuple[str, str], dict[int, dict[float, float]]] = {}
+                 ) -> dict[Key, dict[int, dict[float, float]]]:
+    """From a tuning sweep's curves table: each (method, size, other axes' values)'s fully trained loss at
+    pretraining ``budget`` (a cooldown branch's final evaluation, or the trunk's at its own length), by seed
+    and rate. The measure is the macro valid loss, or a per-domain run's loss on its domain (``domain_loss``:
+    SLM-is is trained for it). ``runs``: the plan's runs by name (their axes and length)."""
+    out: dict[Key, dict[int, dict[float, float]]] = {}
     for c in curves:
         name, _, branch = c["run"].partition("@")
         run = runs.get(name)
         if run is None or (int(branch) if branch else run["steps"]) != budget or c["step"] != budget:
             continue
-        rate = dict(run["axes"])[axis]
+        axes = dict(map(tuple, run["axes"]))
+        rate = axes.pop(axis)
         loss = c.get("domain_loss") if run["domain"] else c["loss"]
-        out.setdefault((run["method"], run["size"]), {}).setdefault(run["seed"], {})[rate] = (
-            loss if loss is not None else math.nan)
+        key = (run["method"], run["size"], tuple(sorted(axes.items())))
+        out.setdefault(key, {}).setdefault(run["seed"], {})[rate] = loss if loss is not None else math.nan
     return out
 
 
-def specialized_losses(rows: list[dict], axis: str) -> dict[tuple[str, str], dict[int, dict[float, float]]]:
-    """From a tuning sweep's results table: each (method, size)'s specialized loss (log perplexity, the mean
-    over its domains), by seed and the rate ``axis`` (a column of the table)."""
-    cells: dict[tuple[str, str, int, float], list[float]] = {}
+def specialized_losses(rows: list[dict], axis: str) -> dict[Key, dict[int, dict[float, float]]]:
+    """From a tuning sweep's results table: each (method, size, other axes' values)'s specialized loss (log
+    perplexity, the mean over its domains), by seed and the rate ``axis`` (a column of the table)."""
+    cells: dict[tuple[Key, int, float], list[float]] = {}
     for r in rows:
         ppl = r["perplexity"]
-        cells.setdefault((r["method"], r["size"], r["seed"], r[axis]), []).append(
+        others = tuple(sorted((k, r[k]) for k in r if "." in k and k != axis))
+        cells.setdefault(((r["method"], r["size"], others), r["seed"], r[axis]), []).append(
             math.log(ppl) if ppl is not None and math.isfinite(ppl) and ppl > 0 else math.nan)
-    out: dict[tuple[str, str], dict[int, dict[float, float]]] = {}
-    for (method, size, seed, rate), losses in cells.items():
-        out.setdefault((method, size), {}).setdefault(seed, {})[rate] = statistics.fmean(losses)
+    out: dict[Key, dict[int, dict[float, float]]] = {}
+    for (key, seed, rate), losses in cells.items():
+        out.setdefault(key, {}).setdefault(seed, {})[rate] = statistics.fmean(losses)
     return out
 
 
-def markdown(optima: list[Optimum], what: str) -> str:
-    lines = [f"| method | size | seeds | optimum (95%) | nearest grid rate | loss at {REFERENCE_RATE:g} | loss there | gain "
-             "(95%) | seed noise | decision |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for o in optima:
+def optima(losses: dict[Key, dict[int, dict[float, float]]]) -> list[Optimum]:
+    """``optimum`` of every (method, size, other axes' values)."""
+    return [optimum(method, size, by_seed, at=at) for (method, size, at), by_seed in sorted(losses.items(), key=repr)]
+
+
+@dataclass(frozen=True)
+class RateProposal:
+    """What ``slm rate`` answers for a size under a parametrization, from a transfer sweep's optima."""
+
+    size: str
+    parametrization: str
+    transfers: bool
+    rate: float | None  # the base size's optimum, when the parametrization transfers
+    low: float | None
+    high: float | None
+    base: str
+    drift: dict[str, float]  # each measured size's optimum, log2 steps from the base's (signed)
+    extrapolated: bool  # the size is outside the measured widths or depths
+
+    def text(self) -> str:
+        drift = ", ".join(f"{s} {d:+.2f}" for s, d in self.drift.items())
+        sizes = ", ".join(self.drift)
+        if not self.transfers:
+            return (f"no rate proposed for {self.size} under {self.parametrization}: the optimum did not carry across "
+                    f"the measured sizes (its drift from {self.base}, in factor-2 steps: {drift}; the rule allows ±1) — "
+                    f"tune the rate at {self.size} itself")
+        where = ("an extrapolation beyond the measured sizes" if self.extrapolated
+                 else "within the measured sizes")
+        return (f"{self.size} under {self.parametrization}: peak rate {self.rate:.3g} (95% {self.low:.3g} to "
+                f"{self.high:.3g}), the optimum at {self.base}, which carried to {sizes} within one factor-2 step "
+                f"(drift {drift}); {where}")
+
+
+def propose_rate(found: list[Optimum], size: str, parametrization: str, base: str = "d1",
+                 key: str = "pretrain.model.parametrization") -> RateProposal:
+    """The rule of docs/results.md ("Transfer across width and depth"): under ``parametrization`` the rate
+    transfers when every measured size's optimum is within one grid step of ``base``'s; then ``size`` gets the
+    base's optimum and interval, labelled an extrapolation beyond the measured widths or depths; otherwise none."""
+    from slm.models.config import size_config
+
+    mine = {o.size: o for o in found if dict(o.at).get(key, "sp") == parametrization}
+    if base not in mine:
+        raise ValueError(f"no optimum of {base} under {parametrization} among {sorted({(o.size, o.at) for o in found}, key=repr)}")
+    b = mine[base]
+    step = math.log2(b.rates[1] / b.rates[0])
+    drift = {s: math.log2(o.optimum / b.optimum) / step for s, o in sorted(mine.items()) if s != base}
+    transfers = all(abs(d) <= 1 for d in drift.values())
+    shapes = [size_config(s) for s in mine]
+    target = size_config(size)
+    width = lambda m: m.width or 64 * m.depth  # noqa: E731
+    extrapolated = width(target) > max(map(width, shapes)) or target.depth > max(m.depth for m in shapes)
+    return RateProposal(size, parametrization, transfers, b.optimum if transfers else None,
+                        b.low if transfers else None, b.high if transfers else None, base, drift, extrapolated)
+
+
+def markdown(found: list[Optimum], what: str) -> str:
+    lines = [f"| method | size | at | seeds | optimum (95%) | nearest grid rate | loss at {REFERENCE_RATE:g} | loss there "
+             "| gain (95%) | seed noise | decision |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for o in found:
         gain = f"{o.gain:+.4f}" + ("" if o.gain_low is None else f" [{o.gain_low:+.4f}, {o.gain_high:+.4f}]")
         noise = "—" if o.seed_noise is None else f"{o.seed_noise:.4f}"
-        lines.append(f"| {o.method} | {o.size} | {o.seeds} | {o.optimum:.3g} [{o.low:.3g}, {o.high:.3g}] | {o.nearest:g} "
+        at = ", ".join(f"{k.rsplit('.', 1)[-1]} {v}" for k, v in o.at) or "—"
+        lines.append(f"| {o.method} | {o.size} | {at} | {o.seeds} | {o.optimum:.3g} [{o.low:.3g}, {o.high:.3g}] | {o.nearest:g} "
                      f"| {o.loss_at_reference:.4f} | {o.loss_at_nearest:.4f} | {gain} | {noise} | {o.reason()} |")
     return f"{what}\n\n" + "\n".join(lines) + "\n"
+
+
+def rate_from_tables(tables: str | Path, size: str, parametrization: str,
+                     axis: str = "pretrain.train.optim.lr") -> RateProposal:
+    """``slm rate``: from a transfer sweep's tables (its plan and curves), the optima of every measured size at
+    its longest proxy budget, and ``propose_rate``'s answer for ``size``."""
+    import json
+
+    from slm.tune.table import read_curves
+
+    tables = Path(tables)
+    plan = json.loads((tables / "plan.json").read_text())
+    runs = {r["name"]: r for r in plan["runs"] if any(k == axis for k, _ in r.get("axes", ()))}
+    if not runs:
+        raise ValueError(f"{tables}: no run of this sweep has the axis {axis}: not a tuning sweep")
+    budget = max(r["steps"] for r in runs.values())
+    return propose_rate(optima(proxy_losses(read_curves(tables), runs, axis, budget)), size, parametrization)
