@@ -331,3 +331,24 @@ def test_loggers_are_checked_before_the_run_and_a_job_that_trains_nothing_says_s
                                           r"pip install -e '.\[trackers\]', or leave it out of the list"):
         pipeline.check_loggers(training)
     assert not capsys.readouterr().out
+
+
+def test_one_key_set_in_a_loaded_config_is_typed_and_checked_like_the_loader_does():
+    """slm.config.with_value (a sweep axis's value in a run's job): the key typed as YAML would be, its section
+    validated, a method's registered section reached by name, and every other value kept as the code set it."""
+    from dataclasses import replace
+
+    from slm.config import with_value
+
+    job = load_job(None, [])
+    job = replace(job, pretrain=replace(job.pretrain, output="/abs/path/set/by/the/sweep"))  # no user key could say it
+    changed = with_value(job, "pretrain.train.optim.lr", "2e-2")
+    assert changed.pretrain.train.optim.lr == 0.02 and changed.pretrain.output == "/abs/path/set/by/the/sweep"
+    assert job.pretrain.train.optim.lr == 0.003  # a new config, the old one untouched
+    assert with_value(job, "pretrain.model.soup.experts", 2).pretrain.model.settings("soup").experts == 2
+    with pytest.raises(ConfigError, match=r"unknown config key 'pretrain.train.optim.learning_rate'"):
+        with_value(job, "pretrain.train.optim.learning_rate", 1e-3)
+    with pytest.raises(ConfigError, match=r"'pretrain.train.optim.lr': must be a positive number"):
+        with_value(job, "pretrain.train.optim.lr", -1.0)
+    with pytest.raises(ConfigError, match=r"'pretrain.train.numerics': 'exact' is not one of"):
+        with_value(job, "pretrain.train.numerics", "exact")

@@ -195,6 +195,38 @@ def from_dict(cls: type[T], data: Any, prefix: str = "") -> T:
     return obj
 
 
+def with_value(obj: T, key: str, value: Any, prefix: str = "") -> T:
+    """``obj`` (a config dataclass) with one dotted ``key`` set to ``value``, typed as a loaded config types it
+    (``3e-3`` from YAML is a float) and the section holding it validated again; an unknown key or a wrong type
+    fails naming ``prefix + key``. Only the path to the key is rebuilt (``dataclasses.replace``): values the
+    code set elsewhere in the config are kept as they are, not checked again."""
+    head, _, rest = key.partition(".")
+    where = f"{prefix}{head}"
+    registries = _registries(type(obj))
+    for field_name in registries:  # a registered section: pretrain.model.<method>.<key>
+        sections = getattr(obj, field_name)
+        if head in sections:
+            if not rest:
+                raise ConfigError(f"config key '{where}' is a section, not a value")
+            return dataclasses.replace(obj, **{field_name: {**sections, head: with_value(sections[head], rest, value,
+                                                                                         f"{where}.")}})
+    names = [f.name for f in dataclasses.fields(obj) if f.name not in registries]
+    if head not in names:
+        sections = [name for r in registries.values() for name in r.names()]
+        raise ConfigError(f"unknown config key '{where}'; allowed keys under '{prefix.rstrip('.') or '<root>'}': "
+                          f"{names + sections}")
+    current = getattr(obj, head)
+    if rest:
+        if not dataclasses.is_dataclass(current):
+            raise ConfigError(f"config key '{where}' is a value, not a section")
+        return dataclasses.replace(obj, **{head: with_value(current, rest, value, f"{where}.")})
+    changed = dataclasses.replace(obj, **{head: _coerce(typing.get_type_hints(type(obj))[head], value, where)})
+    validate = getattr(changed, "validate", None)
+    if callable(validate):
+        validate(prefix)
+    return changed
+
+
 def to_dict(obj: Any) -> dict[str, Any]:
     """A config as its YAML would say it: registered sections under their own names."""
     out: dict[str, Any] = {}

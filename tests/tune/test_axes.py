@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import pyarrow.parquet as pq
 import pytest
@@ -39,10 +40,13 @@ def test_the_plan_crosses_each_axis_and_a_specialize_axis_reuses_the_runs(tmp_pa
     assert trial.source == "soup-d1-pretrain-lr0.03-seed0" and trial.setting == trial.name.removesuffix("-seed0")
     assert dict(trial.axes) == {"pretrain.train.optim.lr": 0.03, "specialize.train.optim.lr": 0.001}
     assert {t.source for t in p.trials} == {r.name for r in p.runs}  # every run read, no run per specialize value
-    # each run's and trial's job is the design's at its values
+    # each run's and trial's job is the design's at its values; what the sweep set in the job itself (its runs'
+    # folder, a path no user key may name) is kept as it is
     job = spec(tmp_path)
+    job = replace(job, pretrain=replace(job.pretrain, output=str(tmp_path / "sweeps" / "lr" / "checkpoints")))
     assert run_config(job, runs["generic-d1-pretrain-lr0.003-seed1"]).pretrain.train.optim.lr == 0.003
     assert run_config(job, runs["generic-d1-pretrain-lr0.003-seed1"]).pretrain.train.seed == 1
+    assert run_config(job, runs["generic-d1-pretrain-lr0.003-seed1"]).pretrain.output == job.pretrain.output
     t_job = trial_config(job, trial)
     assert (t_job.specialize.train.optim.lr, t_job.specialize.train.seed) == (0.001, 0)
     # plan.json keeps them; a plan without axes is written as before them

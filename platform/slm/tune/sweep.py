@@ -48,7 +48,7 @@ from ray.tune.schedulers import ASHAScheduler
 
 from slm import methods
 from slm.artifacts import atomic_write_json, read_manifest
-from slm.config import ConfigError, apply_overrides, config_hash, from_dict, to_dict
+from slm.config import ConfigError, config_hash, to_dict, with_value
 from slm.corpus.layout import domains as corpus_domains
 from slm.data.histogram import coarse_histograms, entropy
 from slm.layout import RunLayout, TrainOutput
@@ -190,11 +190,11 @@ def _vocab_and_seq_len(cfg: SweepJob) -> tuple[int, int]:
 
 
 def with_axes(cfg: SweepJob, axes: tuple[tuple[str, Any], ...]) -> SweepJob:
-    """The job at these axis values (``sweep.axes``): each key set as an override would set it, and the
-    whole config checked again (an unknown key or a wrong type fails naming the key)."""
-    if not axes:
-        return cfg
-    return from_dict(type(cfg), apply_overrides(to_dict(cfg), [f"{k}={json.dumps(v)}" for k, v in axes]))
+    """The job at these axis values (``sweep.axes``): each key set and typed as the loader would, its section
+    checked again (``slm.config.with_value``: an unknown key or a wrong type fails naming the key)."""
+    for key, value in axes:
+        cfg = with_value(cfg, key, value)
+    return cfg
 
 
 def typed_axes(cfg: SweepJob) -> dict[str, list[Any]]:
