@@ -76,8 +76,9 @@ def axis_columns(rows: list[dict]) -> list[str]:
 
 
 def write_table(rows: list[dict], out: Path) -> Path:
-    columns = COLUMNS + axis_columns(rows)
-    table = pa.Table.from_pylist([{k: r.get(k) for k in columns} for r in sorted(rows, key=lambda r: r["trial"])])
+    axes = axis_columns(rows)  # a row without an axis's value (a table of several sweeps): null there
+    table = pa.Table.from_pylist([{**{k: r[k] for k in COLUMNS}, **{k: r.get(k) for k in axes}}
+                                  for r in sorted(rows, key=lambda r: r["trial"])])
     with atomic_path(out / "results.parquet") as tmp:
         pq.write_table(table, tmp)
     with atomic_path(out / "results.csv") as tmp:
