@@ -74,19 +74,23 @@ def test_bad_axes_fail_naming_the_key(tmp_path):
     assert dotted.sweep.axes == {"pretrain.train.optim.lr": ["1e-3", "1e-2"]}
 
 
+SPEC = "jobs/sweeps/study.yaml"  # the first edition's spec at CI size, as tests/tune/test_sweep.py runs it
+
+
 @pytest.mark.ray
 def test_an_axis_runs_end_to_end_and_a_new_value_trains_only_its_runs(train_run, slm_cli):
     """A real sweep over a learning-rate axis: the table's column and HParams dimension, the report's grouping,
     pinned numerics recorded; then the same sweep with a third value trains only that value's runs and trials."""
     common = train_overrides(
-        train_run, "sweep.methods=[generic]", "sweep.sizes=[tiny]", "sweep.domains=[legal]", "resample.domains=[]",
+        train_run, "sweep.methods=[generic]", "sweep.sizes=[tiny]", "sweep.large_size=", "sweep.distill=false",
+        "sweep.salt_kd_share=0", "sweep.all_experts=false", "sweep.domains=[legal]", "resample.domains=[]",
         "sweep.pretrain_steps=[10, 20]", "sweep.domain_tokens=[3200]", "sweep.specialize_steps=[5]",
         "sweep.seeds=[0, 1]", "pretrain.train.num_workers=0", "specialize.train.num_workers=0",
         "pretrain.train.numerics=pinned", "specialize.train.numerics=pinned", "pretrain.train.checkpoint_every=0",
         "specialize.train.checkpoint_every=0", "ray.include_dashboard=false", "ray.num_cpus=2", "sweep.name=lr")
-    dry = slm_cli("sweep", "--dry-run", *common, "sweep.axes={pretrain.train.optim.lr: [3e-3, 1e-2]}").stdout
+    dry = slm_cli("sweep", SPEC, "--dry-run", *common, "sweep.axes={pretrain.train.optim.lr: [3e-3, 1e-2]}").stdout
     assert "pretrain.train.optim.lr × 2 (0.003, 0.01)" in dry and "4 pretraining runs" in dry
-    first = slm_cli("sweep", *common, "sweep.axes={pretrain.train.optim.lr: [3e-3, 1e-2]}")
+    first = slm_cli("sweep", SPEC, *common, "sweep.axes={pretrain.train.optim.lr: [3e-3, 1e-2]}")
     assert noise(first.stdout + first.stderr) == {}
     sweep = train_run.run.dir / "sweeps" / "lr"
     rows = pq.read_table(sweep / "results.parquet").to_pylist()
@@ -117,7 +121,7 @@ def test_an_axis_runs_end_to_end_and_a_new_value_trains_only_its_runs(train_run,
         assert (sweep / "report" / "at" / value / "report" / "report.html").exists()
 
     trained = {p.name: p.stat().st_mtime_ns for p in (sweep / "checkpoints").glob("generic-*/model.safetensors")}
-    again = slm_cli("sweep", *common, "sweep.axes={pretrain.train.optim.lr: [3e-3, 1e-2, 3e-2]}").stdout
+    again = slm_cli("sweep", SPEC, *common, "sweep.axes={pretrain.train.optim.lr: [3e-3, 1e-2, 3e-2]}").stdout
     assert len(trained) == 4
     for name, mtime in trained.items():  # the finished runs at 0.003 and 0.01 were not trained again
         assert (sweep / "checkpoints" / name / "model.safetensors").stat().st_mtime_ns == mtime, name

@@ -35,7 +35,7 @@ from slm.layout import RunLayout, TrainOutput, branch_name, require
 from slm.log import logger
 from slm.models.gpt import GPTConfig, preset, save_dense
 from slm.runtime import RayConfig, cluster_address, init_ray
-from slm.train import integrity
+from slm.train import integrity, numerics
 from slm.train.budget import dense_flops_per_token
 from slm.train.config import (
     BudgetConfig,
@@ -199,6 +199,15 @@ def check_precision(train: TrainConfig, section: str, cfg: TrainJob) -> None:
 # ----------------------------------------------------------------------------------------- stages
 
 
+def pin_here(train: TrainConfig, section: str) -> None:
+    """A run whose loop is this process (``num_workers: 0``: a sweep's task or trial, ``slm train``): its
+    numerics pinned before this process computes anything for it — building the model, instantiating a domain's
+    expert from the source — not only when the loop starts (``slm.train.numerics.pin``; Ray Train's workers pin
+    themselves)."""
+    if not train.num_workers:
+        numerics.pin(train.numerics, f"{section}.train.numerics")
+
+
 def pretrain_data(cfg: TrainJob) -> Path:
     """The arrays a pretraining run reads: ``pretrain.data``, or the packed set its method pretrains on
     (for ``pretrain.domain``, default ``resample.domain``, when the method chooses its set per domain),
@@ -211,6 +220,7 @@ def pretrain_data(cfg: TrainJob) -> Path:
 
 def pretrain(cfg: TrainJob) -> dict:
     p: PretrainConfig = cfg.pretrain
+    pin_here(p.train, "pretrain")
     method = methods.get(p.method).bind(p.model)
     data = pretrain_data(cfg)
     seq_len = int(np.load(data / "tokens.npy", mmap_mode="r").shape[1]) - 1
@@ -334,6 +344,7 @@ def domain_subset(arrays: Path, tokens: int, seed: int, where: str) -> np.ndarra
 
 def specialize(cfg: TrainJob) -> dict:
     s: SpecializeConfig = cfg.specialize
+    pin_here(s.train, "specialize")
     domain = s.domain or cfg.resample.domain
     source = resolve_source(cfg, s)
     name = s.name or source.parent.name
