@@ -106,11 +106,14 @@ def test_an_axis_runs_end_to_end_and_a_new_value_trains_only_its_runs(train_run,
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    events = EventAccumulator(str(sweep / "tensorboard" / "hparams"))
+    events = EventAccumulator(str(sweep / "tensorboard" / "hparams" / "generic-tiny-p20-t3200-s5-lr0.003-seed1"))
     events.Reload()
-    content = events.PluginTagToContent("hparams")["_hparams_/experiment"]
-    experiment = plugin_data_pb2.HParamsPluginData.FromString(content).experiment
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(
+        events.SummaryMetadata("_hparams_/experiment").plugin_data.content).experiment
     assert "pretrain.train.optim.lr" in [h.name for h in experiment.hparam_infos]
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        events.SummaryMetadata("_hparams_/session_start_info").plugin_data.content).session_start_info
+    assert start.hparams["pretrain.train.optim.lr"].number_value == 0.003
     # the report: a report per value, and every setting side by side across the values
     axes = (sweep / "report" / "axes.md").read_text()
     assert "## pretrain.train.optim.lr" in axes and "| 0.003 | 0.01 |" in axes
@@ -120,7 +123,7 @@ def test_an_axis_runs_end_to_end_and_a_new_value_trains_only_its_runs(train_run,
         assert (sweep / "report" / "at" / value / "report" / "claims.md").exists()
         assert (sweep / "report" / "at" / value / "report" / "report.html").exists()
 
-    trained = {p.name: p.stat().st_mtime_ns for p in (sweep / "checkpoints").glob("generic-*/model.safetensors")}
+    trained = {p.parent.name: p.stat().st_mtime_ns for p in (sweep / "checkpoints").glob("generic-*/model.safetensors")}
     again = slm_cli("sweep", SPEC, *common, "sweep.axes={pretrain.train.optim.lr: [3e-3, 1e-2, 3e-2]}").stdout
     assert len(trained) == 4
     for name, mtime in trained.items():  # the finished runs at 0.003 and 0.01 were not trained again
