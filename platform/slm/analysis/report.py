@@ -565,7 +565,8 @@ def report_tables(paths: list[str | Path], out: str | Path, plan: str | Path | N
 
 def report(sweep: str | Path, out: str | Path | None = None) -> dict:
     sweep = Path(sweep)
-    if read_plan(sweep).axes:
+    plan = read_plan(sweep)
+    if plan.axes:
         return report_by_axes(sweep, Path(out) if out else sweep / "report")
     trials = read_table(sweep)
     every = aggregate(trials)
@@ -592,7 +593,6 @@ def report(sweep: str | Path, out: str | Path | None = None) -> dict:
             [[(f"{d}: {t:,} in-domain tokens", [r for r in by_domain[d] if r["domain_tokens"] == t])
               for t in sorted({r["domain_tokens"] for r in rows})] for d in domains],
             total_flops, "total FLOPs for one domain")
-    plan = read_plan(sweep)
     curves = read_curves(sweep)
     (out / "pretrain_curves.png").unlink(missing_ok=True)
     if curves:

@@ -42,10 +42,6 @@ def pinned_environment() -> dict[str, str]:
     return dict(PINNED_ENV)
 
 
-def wanted_environment(numerics: Numerics) -> dict[str, str]:
-    return pinned_environment() if numerics == "pinned" else {}
-
-
 def environment_pinned() -> bool:
     return all(os.environ.get(k) == v for k, v in PINNED_ENV.items())
 
@@ -64,9 +60,10 @@ class NumericsInEffect:
     def here(cls) -> NumericsInEffect:
         import torch
 
-        pinned = environment_pinned() and torch.backends.cpu.get_cpu_capability() == "AVX2"
-        return cls("pinned" if pinned else "native", torch.backends.cpu.get_cpu_capability(),
-                   os.environ.get("MKL_CBWR", ""), os.environ.get("ONEDNN_MAX_CPU_ISA", ""), torch.__version__)
+        aten = torch.backends.cpu.get_cpu_capability()
+        pinned = environment_pinned() and aten == "AVX2"
+        return cls("pinned" if pinned else "native", aten, os.environ.get("MKL_CBWR", ""),
+                   os.environ.get("ONEDNN_MAX_CPU_ISA", ""), torch.__version__)
 
 
 def pin(numerics: Numerics, key: str) -> NumericsInEffect:

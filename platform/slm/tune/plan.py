@@ -297,9 +297,9 @@ def make_plan(sw: SweepConfig, inputs: PlanInputs, histogram_entropy: dict[str, 
     labels = axis_labels(list(sw.axes))
     runs: dict[str, PretrainRun] = {}
     trials: dict[str, Trial] = {}
+    grid_runs, grid_trials, small, large = _design(sw, inputs)  # the same at every point of the axes
     for point in axis_points(sw.axes):
         pre = tuple((k, v) for k, v in point if k.startswith("pretrain."))
-        grid_runs, grid_trials, small, large = _design(sw, inputs)
         for r in grid_runs:
             r = at_axes_run(r, pre, labels)
             runs.setdefault(r.name, r)

@@ -95,14 +95,19 @@ HPARAM_METRICS = ["perplexity", "accuracy", "perplexity_before", "pretrain_flops
                   "per_domain_flops"]
 
 
+def varying_hparams(rows: list[dict]) -> list[str]:
+    """The hyperparameters TensorBoard and MLflow show: the method, and the budgets and axes that vary across
+    the trials (what is the same for every trial — one domain, no experts — would only crowd out what varies)."""
+    return [k for k in HPARAMS + axis_columns(rows) if k == "method" or len({r[k] for r in rows}) > 1]
+
+
 def write_hparams(rows: list[dict], logdir: Path) -> Path:
     """The results table as TensorBoard HParams sessions under ``logdir/hparams`` (made afresh, atomically):
     ``tensorboard --logdir <sweep>/tensorboard``, HParams tab, filters and sorts the trials by method and
     budgets, its parallel-coordinates view plots them against perplexity."""
     from torch.utils.tensorboard import SummaryWriter
 
-    # What is the same for every trial (one domain, no experts) would only crowd out what varies.
-    varying = [k for k in HPARAMS + axis_columns(rows) if k == "method" or len({r[k] for r in rows}) > 1]
+    varying = varying_hparams(rows)
     # The seed is a label, not a quantity: as text it is a discrete column ("0", not 0.0000) and a filter.
     labels = {"seed"}
     discrete = {k: sorted({str(r[k]) if k in labels else r[k] for r in rows})
@@ -132,7 +137,7 @@ def write_mlflow(rows: list[dict], tracking_uri: str, experiment: str) -> str:
     experiment_id = found.experiment_id if found else client.create_experiment(experiment)
     known = {r.data.tags["slm.trial"]: r.info.run_id for r in
              client.search_runs([experiment_id], max_results=50_000) if "slm.trial" in r.data.tags}
-    varying = [k for k in HPARAMS + axis_columns(rows) if k == "method" or len({r[k] for r in rows}) > 1]
+    varying = varying_hparams(rows)
     for r in sorted(rows, key=lambda r: r["trial"]):
         run_id = known.get(r["trial"])
         if run_id is None:
