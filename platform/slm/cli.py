@@ -24,6 +24,7 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 
 from slm.artifacts import RunLockedError, atomic_write_json
 from slm.config import ConfigError, check_name, dump_yaml
@@ -211,6 +212,21 @@ def _quiet_libraries() -> None:
     hf_logging.set_verbosity_error()
 
 
+def cmd_docs(args) -> int:
+    """The docs' quote blocks rendered from the committed tables: checked (exit 1 on a difference) or written."""
+    from slm.analysis import quote
+
+    root = Path(args.root)
+    paths = [Path(p) for p in args.docs] or None
+    if args.action == "write":
+        changed = quote.write(root, paths)
+        print("\n".join(f"rewrote {p}" for p in changed) or "every quote block is already what the tables say")
+        return 0
+    diffs = quote.check(root, paths)
+    print("\n".join(diffs) or "every quote block is what the tables say")
+    return 1 if diffs else 0
+
+
 def cmd_export(args) -> int:
     from slm.export import export_hf
 
@@ -353,6 +369,11 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--tokenizer", help="the BPE file (default: <run>/tokenizer/tokenizer.json above the model)")
         return sp
 
+    docs = sub.add_parser("docs", help="render the docs' quoted numbers from the committed tables (or check them)")
+    docs.add_argument("action", choices=["check", "write"])
+    docs.add_argument("docs", nargs="*", help="the docs to read (default: README.md and docs/*.md)")
+    docs.add_argument("--root", default=".", help="the checkout whose tables and templates the docs quote")
+    docs.set_defaults(fn=cmd_docs)
     exp = model_argument(sub.add_parser("export", help="write a model as a Hugging Face transformers folder"))
     exp.add_argument("--format", choices=["hf"], default="hf", help="hf: config.json, safetensors, tokenizer")
     exp.add_argument("out", help="the folder to write")

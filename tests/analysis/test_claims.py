@@ -507,3 +507,18 @@ def test_advise_and_the_report_use_the_same_test():
     answer = advise(a + other, pretrain_budget=1e9, specialization_budget=1e9, inference_budget=1e9, domain_tokens=100)
     assert answer["answer"]["tie"] and answer["answer"]["margin"] is None
     assert answer["answer"]["rivals"][0]["test"] == "Welch t"
+
+
+def test_a_comparison_of_a_model_with_itself_says_it_holds_by_identity():
+    """Issue 64: the second edition's C6 on medical held because every seed's best expert was the most frequent
+    cluster's — the same model scored twice, not two experts within the margin; claims.md says so."""
+    same = judge("medical: the most frequent cluster's expert vs the best", "mixture-e3", "the best expert",
+                 [34.1, 36.0, 33.2], [34.1, 36.0, 33.2], "tie", "perplexity", paired=True, margin=MARGIN)
+    other = judge("legal: the most frequent cluster's expert vs the best", "mixture-e3", "the best expert",
+                  [34.1, 36.0, 33.2], [34.1, 36.0, 33.3], "tie", "perplexity", paired=True, margin=MARGIN)
+    assert same.identity and "by identity" in same.note
+    assert not other.identity and "by identity" not in other.note
+    claim = settle(claims_module.Claim("C6", "Plan-Early", "…", comparisons=[same, other]))
+    text = markdown([claim])
+    assert "2 / 0 / 0; 1 by identity (a model against itself)" in text
+    assert text.count("| holds (by identity) |") == 1

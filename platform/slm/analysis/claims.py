@@ -185,10 +185,14 @@ class Comparison:
     note: str = ""  # missing rows, a failed run, how a best expert was chosen
     group: str = ""  # the domain, where a claim is read per domain
     failed: list[str] = field(default_factory=list)  # the runs that failed (trial names), counted in the test
+    identity: bool = False  # b's value is a's at every seed: the comparison is a model against itself
 
     @property
     def bound(self) -> float:
         return self.margin * (self.b_mean or 0.0)
+
+
+IDENTITY = "by identity: b's value is a's at every seed (the same model scored twice)"
 
 
 def bounds_p(expected: Expectation, d: Difference, bound: float) -> tuple[float, float]:
@@ -231,6 +235,12 @@ def judge(part: str, a: str, b: str, va: list[float], vb: list[float], expected:
     names = {"a": [trial_name(a, s) for s in seeds], "b": b_trials or [trial_name(b, s) for s in seeds]}
     sides = (("a", va),) if against_bound else (("a", va), ("b", vb))
     c.failed = [names[side][i] for side, values in sides for i, x in enumerate(values) if failed(x, ceiling)]
+    # C6 on a domain where every seed's best expert is the most frequent cluster's: it "holds" by identity, a fact
+    # about the choice, not evidence of two experts within the margin; claims.md says so.
+    c.identity = paired and not against_bound and len(va) > 0 and list(va) == list(vb)
+    if c.identity:
+        note = "; ".join(filter(None, [note, IDENTITY]))
+        c.note = note
     if c.failed:
         c.note = " ".join(filter(None, [note, failed_note(c.failed, ceiling)]))
         if not ceiling:
@@ -613,7 +623,7 @@ def _row(c: Comparison) -> str:
     note = f" ({c.note})" if c.note else ""
     return (f"| {c.part}{note} | {c.a} | {c.b} | {MEASURES[c.measure]} | {_mean(c.a_mean, c.a_ci, digits)} | "
             f"{_mean(c.b_mean, c.b_ci, digits)} | {diff} | {expected} | {test} | {_p(c.p_hold)} | "
-            f"{_p(c.p_refute_adjusted)} | {c.verdict} |")
+            f"{_p(c.p_refute_adjusted)} | {c.verdict}{' (by identity)' if c.identity else ''} |")
 
 
 def markdown(claims: list[Claim], design: Design | None = None) -> str:
@@ -627,6 +637,9 @@ def markdown(claims: list[Claim], design: Design | None = None) -> str:
     for c in claims:
         counts = [sum(x.verdict == v for x in c.comparisons) for v in ("holds", "does not hold", "inconclusive")]
         untested = f"; untested: {'; '.join(c.untested)}" if c.untested else ""
+        identical = sum(x.identity for x in c.comparisons)
+        if identical:
+            untested = f"; {identical} by identity (a model against itself){untested}"
         if c.untested and c.comparisons and all(x.verdict == "holds" for x in c.comparisons):
             untested = f"; every tested comparison holds, but not all of the claim is tested{untested}"
         lines.append(f"| {c.id} | {c.source} | **{c.verdict}** | " +

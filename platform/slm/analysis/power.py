@@ -56,6 +56,30 @@ def comparison_noise(c: Comparison, seeds: int) -> float | None:
     return se * math.sqrt(n) / abs(c.b_mean)
 
 
+MAX_SEEDS = 1000  # seeds_to_decide's search stops here
+
+
+def seeds_to_decide(c: Comparison, noise: float, tested: int) -> tuple[str, int | None]:
+    """("holds" | "refuted", the seeds at which the comparison's measured difference, taken as the truth with
+    ``noise`` (a seed's difference's standard deviation relative to b's mean: `comparison_noise`), is decided with
+    TARGET power — held at 95% (the claims check's rule for a comparison to hold), or refuted past a Bonferroni
+    bound on Holm's adjustment over the claim's ``tested`` comparisons; None beyond MAX_SEEDS). A t approximation
+    (the Welch comparisons' degrees of freedom taken as n − 1)."""
+    reference = {"lower": 0.0, "not higher": -c.bound, "not lower": c.bound}[c.expected]
+    delta = c.difference - reference
+    in_favour = delta > 0 if c.expected in ("lower", "not higher") else delta < 0
+    alpha = stats.ALPHA if in_favour else stats.ALPHA / tested
+    spread = noise * abs(c.b_mean)
+
+    def t_quantile(df: float, probability: float) -> float:
+        return stats.half_width(1.0, df, level=2 * probability - 1)
+
+    needed = next((n for n in range(2, MAX_SEEDS + 1)
+                   if abs(delta) / (spread / math.sqrt(n)) >= t_quantile(n - 1, 1 - alpha / 2) + t_quantile(n - 1, TARGET)),
+                  None)
+    return ("holds" if in_favour else "refuted"), needed
+
+
 def measured_noise(rows: list[dict], plan: Plan, curves: list[dict] | None = None) -> list[Noise]:
     """Each claim's noise, by measure and expectation, from a measured table and its plan."""
     design = Design.of(plan)

@@ -1,0 +1,102 @@
+"""The docs' quoted numbers are the committed tables' (issue 64): every quote block renders to what the docs hold, a
+number changed by hand is caught, and a sentence that says more than its comparison fails to render."""
+from pathlib import Path
+
+import pytest
+
+from slm.analysis import quote
+from slm.analysis.quote import QuoteError, Renderer
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY2 = "benchmarks/results/study2_report"
+
+
+@pytest.fixture(scope="module")
+def renderer() -> Renderer:
+    return Renderer(ROOT)
+
+
+def render(renderer: Renderer, expression: str) -> str:
+    """``{{ expression }}`` rendered with ``s`` the second edition's report, as a template sees it."""
+    return renderer.env.from_string("{{ " + expression + " }}").render(s=renderer.study(STUDY2))
+
+
+def test_every_quoted_number_is_the_tables():
+    """README.md and docs/*.md as committed are what their templates render from the committed tables now."""
+    diffs = quote.check(ROOT)
+    assert not diffs, "docs differ from their tables (run `slm docs write` after editing a template):\n" + "\n".join(diffs)
+
+
+def test_the_quoted_docs_have_blocks():
+    """The verdict sections are generated, not typed: the check above covers them."""
+    for doc, template in (("docs/results.md", "docs/quotes/study2_verdicts.md.j2"),
+                          ("README.md", "docs/quotes/readme_study.md.j2")):
+        text = (ROOT / doc).read_text()
+        assert template in [b.template for b in quote.blocks(ROOT / doc, text)], doc
+
+
+def test_a_number_changed_by_hand_is_caught(tmp_path):
+    doc = tmp_path / "README.md"
+    text = (ROOT / "README.md").read_text()
+    assert "795 trials" in text
+    doc.write_text(text.replace("795 trials", "796 trials"))
+    diffs = quote.check(ROOT, [doc])
+    assert len(diffs) == 1 and "-large model at matched compute, 40 runs, 796 trials" in diffs[0]
+    assert "+large model at matched compute, 40 runs, 795 trials" in diffs[0]
+    quote.write(ROOT, [doc])
+    assert doc.read_text() == text
+
+
+def test_an_unclosed_block_names_its_doc_and_line(tmp_path):
+    doc = tmp_path / "x.md"
+    doc.write_text("a\nb\n<!-- quote docs/quotes/readme_study.md.j2 (generated) -->\nold\n")
+    with pytest.raises(QuoteError, match=r"x.md:3: a quote block with no"):
+        quote.check(ROOT, [doc])
+
+
+def test_prose_cannot_say_more_than_its_comparison(renderer):
+    # C1 legal, SLM-is vs generic: generic lower at every seed, the interval clear of zero, but not past Holm.
+    generic = 's.cmp("C1", "legal,", "vs generic")'
+    assert render(renderer, f"{generic}.require('inconclusive') ~ {generic}.holm") == "Holm p 0.095"
+    with pytest.raises(QuoteError, match="the prose says does not hold, the data says inconclusive"):
+        render(renderer, f"{generic}.require('does not hold')")
+    with pytest.raises(QuoteError, match='"decisively" needs a decided comparison'):
+        render(renderer, f"{generic}.decisively")
+    # C1 with d2 on code: inconclusive, its interval across zero: no side may be called lower.
+    with pytest.raises(QuoteError, match="includes zero: no side is lower"):
+        render(renderer, 's.cmp("C1", "code,", "large model").lower')
+    # Holm-adjusted p-values as they are, not rounded to a bar (the hand-typed "< 0.001 each" was 0.0016 on code).
+    assert render(renderer, 's.cmp("C2", "code,", "16000 pretraining steps: mixture").holm') == "Holm p 0.0016"
+    assert render(renderer, 's.cmp("C1", "legal,", "vs projected").decisively') == "decisively"
+    # A comparison no claim planned has no Holm adjustment: never "decisively".
+    unplanned = 's.unplanned("soup-d1-legal-p16000-t25000-s25", "projected-d1-legal-p16000-t25000-s25")'
+    assert render(renderer, f"{unplanned}.diff") == "b − a +2.93 [+2.25, +3.62]"
+    with pytest.raises(QuoteError, match="needs a planned comparison"):
+        render(renderer, f"{unplanned}.decisively")
+    with pytest.raises(QuoteError, match="the prose states: x; the data does not"):
+        render(renderer, "check(false, 'x')")
+
+
+def test_a_fitted_crossing_always_says_fitted(renderer):
+    with_interval = render(renderer, 's.crossing("code", "projected").text')
+    assert with_interval == "a fitted crossing at 3.0·10¹³ pretraining FLOPs (95% 1.4·10¹³–6.4·10¹³)"
+    without = render(renderer, 's.crossing("medical", "projected").text')
+    assert without.startswith("a fitted crossing at 8.8·10¹³") and "no interval: 2 of 5 seeds" in without
+    assert "no fitted crossing" in render(renderer, 's.crossing("medical", "mixture").text')
+
+
+def test_a_comparison_named_ambiguously_is_refused(renderer):
+    with pytest.raises(QuoteError, match="3 comparisons of C1 name"):
+        render(renderer, 's.cmp("C1", "large model")')
+
+
+@pytest.mark.parametrize(("value", "text"), [(0.00156, "0.0016"), (0.0949, "0.095"), (0.13, "0.13"), (0.0004, "< 0.001"),
+                                             (0.058, "0.058")])
+def test_pvalue(value, text):
+    assert quote.pvalue(value) == text
+
+
+@pytest.mark.parametrize(("value", "digits", "text"), [(3.02e13, 2, "3.0·10¹³"), (1.16e14, 3, "1.16·10¹⁴"),
+                                                       (9.96e12, 2, "1.0·10¹³"), (6.86e14, 2, "6.9·10¹⁴")])
+def test_sci(value, digits, text):
+    assert quote.sci(value, digits) == text
