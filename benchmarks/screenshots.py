@@ -1,4 +1,4 @@
-"""Screenshots of what a user sees (issue 31), in headless Chromium (Debian's `chromium`): pages of the Ray
+"""Screenshots of what a user sees (issue 31), in headless Chromium (Debian's, installed or fetched: `slm.browser`): pages of the Ray
 dashboard (token auth on: the session cookie the dashboard's own login sets, set through the DevTools
 protocol), TensorBoard or any local URL, each saved as a PNG.
 
@@ -27,6 +27,8 @@ from pathlib import Path
 
 import aiohttp  # Ray's dependency: a WebSocket client for the DevTools protocol
 
+from slm.browser import chromium
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -52,8 +54,7 @@ class DevTools:
 async def shoot(targets: list[tuple[Path, str]], ray: str | None, width: int, height: int, wait: float) -> None:
     port = free_port()
     profile = tempfile.mkdtemp(prefix="slm-chromium-")
-    browser = subprocess.Popen(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                                f"--remote-debugging-port={port}", f"--user-data-dir={profile}", "about:blank"],
+    browser = chromium().popen(f"--remote-debugging-port={port}", "about:blank", profile=profile,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(100):

@@ -99,7 +99,11 @@ def test_the_crossing_is_found_with_an_interval_that_covers_it():
 def test_the_report_draws_the_curves_and_lists_them(tmp_path):
     fams = ladder.families(table())
     crossed = ladder.crossings(fams)
-    assert _fitted_figure(tmp_path / "fitted_curves.png", fams, crossed)
+    legends = _fitted_figure(tmp_path / "fitted_curves.png", fams, crossed)
+    # One entry per family in its own panel, with its form (issue 64: a figure-wide legend listed a family once per
+    # form it took across panels, 9 entries for 5 families).
+    assert legends and all(len(labels) == len({label.split(" (")[0] for label in labels}) for labels in legends)
+    assert all(label.endswith(("(saturating)", "(power law)")) for labels in legends for label in labels)
     assert (tmp_path / "fitted_curves.png").stat().st_size > 10_000
     text = "\n".join(curve_lines(fams, crossed, trained=True))
     assert "generic-d1-legal-t25000-s25 | saturating" in text and "cross at" in text

@@ -250,26 +250,28 @@ def _curves_figure(path: Path, curves: list[dict]) -> None:
     _save(plt, fig, path)
 
 
-def _fitted_figure(path: Path, fams: list[ladder.Family], crossings: list[ladder.CellCrossing]) -> bool:
+def _fitted_figure(path: Path, fams: list[ladder.Family], crossings: list[ladder.CellCrossing]) -> list[list[str]]:
     """``fitted_curves.png``: a panel per cell (size, domain, in-domain tokens, specialization steps), each
     method's measured means (with their 95% intervals over seeds) against its pretraining FLOPs, its fitted curve
     (dashed beyond the measured budgets) and the 95% band across seeds; where two curves cross, a dotted
-    line. False (no figure) when no family has a curve."""
+    line. Each panel's legend names its families once, each with its form; returned per panel (empty: no family
+    has a curve, no figure)."""
     cells: dict[tuple, list[ladder.Family]] = {}
     for f in fams:
         if f.fit.fitted:
             cells.setdefault(f.cell, []).append(f)
     if not cells:
-        return False
+        return []
     plt = _pyplot()
+    legends = []
     n_cols = min(4, len(cells))
     n_rows = -(-len(cells) // n_cols)
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.4 * n_cols + 2.4, 3.6 * n_rows + 0.5), squeeze=False,
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.4 * n_cols, 3.6 * n_rows + 0.5), squeeze=False,
                              layout="constrained")
-    shown: dict[str, object] = {}
     for k, (cell, members) in enumerate(sorted(cells.items(), key=lambda kv: tuple(map(str, kv[0])))):
         ax = axes[k // n_cols][k % n_cols]
         every_x, every_y = [], []
+        shown: dict[str, object] = {}  # one legend entry per family of this panel, with its form (issue 64)
         for f in members:
             color = methods.get(f.method).color
             by_x: dict[float, list[float]] = {}
@@ -290,7 +292,7 @@ def _fitted_figure(path: Path, fams: list[ladder.Family], crossings: list[ladder
             if all(math.isfinite(b.high) for b in band):
                 ax.fill_between(grid, [math.exp(b.low) for b in band], [math.exp(b.high) for b in band], color=color,
                                 alpha=0.15, linewidth=0)
-            shown.setdefault(f"{methods.display(f.method)[0]} ({f.fit.form})", line)
+            shown[f"{methods.display(f.method)[0]} ({f.fit.form})"] = line
             every_x += [float(grid[0]), float(grid[-1])]
             every_y += means + [float(curve.min()), float(curve.max())]
         for c in crossings:
@@ -304,17 +306,18 @@ def _fitted_figure(path: Path, fams: list[ladder.Family], crossings: list[ladder
         ax.set_xlabel("pretraining FLOPs")
         ax.set_ylabel("specialized perplexity")
         ax.grid(alpha=0.3)
+        ax.legend(list(shown.values()), list(shown), fontsize=7, loc="best", framealpha=0.8)
+        legends.append(list(shown))
     for k in range(len(cells), n_rows * n_cols):
         axes[k // n_cols][k % n_cols].set_visible(False)
-    fig.legend(list(shown.values()), list(shown), loc="outside right upper", fontsize=8)
-    # Wrapped to the panels' width: the legend sits at the right, level with the title (one line ran under it).
+    # Wrapped to the panels' width.
     title = ("Fitted L = E + A·C^−α per method (log-perplexity against pretraining FLOPs): points the means over seeds "
              "with their 95% intervals, solid within the measured budgets, dashed beyond, the band the 95% interval across seeds; "
              "dotted: where two methods' curves cross")
     fig.suptitle(textwrap.fill(title, width=max(60, int(14 * 4.4 * n_cols))), fontsize=8, x=0.01,
                  horizontalalignment="left")
     _save(plt, fig, path)
-    return True
+    return legends
 
 
 def curve_lines(fams: list[ladder.Family], crossings: list[ladder.CellCrossing], trained: bool) -> list[str]:
