@@ -41,11 +41,11 @@ def test_the_advice_quoted_in_the_docs_is_what_the_command_prints():
     command's output on a committed table, checked here line for line."""
     import re
 
-    from slm.analysis.advise import advise_sweep, format_advice
+    from slm.analysis.advise import advise_sweep, format_each
 
     text = (REPO / "docs" / "budgets.md").read_text()
     quoted = re.search(r"## Advice\n.*?```text\n(.*?)```", text, re.S).group(1).splitlines()
-    printed = format_advice(advise_sweep(REPO / "benchmarks" / "results" / "quickstart_wsd", pretrain_budget=3e12,
+    printed = format_each(advise_sweep(REPO / "benchmarks" / "results" / "quickstart_wsd", pretrain_budget=3e12,
                                          specialization_budget=1e12, inference_budget=1e7, domain_tokens=40000,
                                          domains=4)).splitlines()
     assert quoted == printed[:len(quoted)]

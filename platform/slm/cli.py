@@ -190,12 +190,12 @@ def cmd_rate(args) -> int:
 
 
 def cmd_advise(args) -> int:
-    from slm.analysis.advise import advise_sweep, format_advice
+    from slm.analysis.advise import advise_sweep, format_each
 
-    a = advise_sweep(args.sweep, pretrain_budget=args.pretrain_budget,
-                     specialization_budget=args.specialization_budget, inference_budget=args.inference_budget,
-                     domain_tokens=args.domain_tokens, domains=args.domains, unit=args.unit, domain=args.domain)
-    print(format_advice(a))
+    answers = advise_sweep(args.sweep, pretrain_budget=args.pretrain_budget,
+                           specialization_budget=args.specialization_budget, inference_budget=args.inference_budget,
+                           domain_tokens=args.domain_tokens, domains=args.domains, unit=args.unit, domain=args.domain)
+    print(format_each(answers))
     return 0
 
 

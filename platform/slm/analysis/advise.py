@@ -52,9 +52,11 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
     if domains < 1:
         raise ValueError(f"--domains must be at least 1, got {domains}")
     trials = rows
-    rows = [r for r in menu(aggregate(rows)) if domain is None or r["domain"] == domain]
+    rows = menu(aggregate(rows))
+    domain = one_domain(rows, domain)
+    rows = [r for r in rows if r["domain"] == domain]
     if not rows:
-        raise ValueError("no measured row" + (f" for domain {domain!r}" if domain else ""))
+        raise ValueError(f"no measured row for domain {domain!r}")
 
     def total(r):
         return _cost(r, "generic", unit) + domains * _cost(r, "per_domain", unit)
@@ -75,9 +77,9 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
             notes.append(f"the {key} budget {limit[key]:.3g} is below everything measured (min {low:.3g})")
     from_curves = curve_advice(trials, families, domain=domain, **limit) if unit == "flops" else None
     if not admissible:
-        return {"answer": None, "evidence": [], "excluded": excluded(rows, None, value, limit), "notes": notes + [
-            "no measured row fits all the budgets: the request lies outside what was measured; "
-            "widen the sweep (smaller sizes, fewer steps) to answer it"], "curves": from_curves}
+        return {"domain": domain, "answer": None, "evidence": [], "excluded": excluded(rows, None, value, limit),
+                "notes": notes + ["no measured row fits all the budgets: the request lies outside what was measured; "
+                                  "widen the sweep (smaller sizes, fewer steps) to answer it"], "curves": from_curves}
     ranked = sorted(admissible, key=lambda r: (r["perplexity"], total(r)))
     best = ranked[0]
     evidence = [{**{k: r[k] for k in ("trial", "method", "size", "pretrain_steps", "domain", "domain_tokens",
@@ -101,12 +103,40 @@ def advise(rows: list[dict], *, pretrain_budget: float, specialization_budget: f
     if best["n"] < 2:
         notes.append("one seed per setting: the spread is unknown, so is whether the margin is real "
                      "(rerun the sweep with sweep.seeds, e.g. [0, 1, 2])")
-    return {"answer": {"method": best["method"], "size": best["size"], "trial": best["trial"],
+    return {"domain": domain, "answer": {"method": best["method"], "size": best["size"], "trial": best["trial"],
                        "perplexity": best["perplexity"], "perplexity_se": best["perplexity_se"], "n": best["n"],
                        "accuracy": best["accuracy"], "total": total(best), "unit": unit, "domains": domains,
                        "margin": margin, "tie": bool(tied), "tied_with": tied, "rivals": rivals},
             "evidence": evidence, "excluded": excluded(rows, best, value, limit), "notes": notes,
             "curves": from_curves}
+
+
+def domains_of(rows: list[dict]) -> list[str]:
+    return sorted({r["domain"] for r in rows})
+
+
+def one_domain(rows: list[dict], domain: str | None) -> str:
+    """The domain an advice is for: the one asked, or the table's only one. Perplexities of different domains are
+    not comparable (issue 64: asked without a domain, the advice crowned medical, the easiest, and listed a legal
+    soup as next best), so a table of several domains needs one named: ``advise_each`` answers each."""
+    have = domains_of(rows)
+    if domain is not None:
+        if domain not in have:
+            raise ValueError(f"no measured row for domain {domain!r} (the table has {', '.join(have)})")
+        return domain
+    if len(have) != 1:
+        raise ValueError(f"the table has {len(have)} domains ({', '.join(have)}): name one (domain=…, --domain), "
+                         "or ask advise_each for an answer per domain")
+    return have[0]
+
+
+def advise_each(rows: list[dict], domain: str | None = None, **kwargs) -> list[dict]:
+    """``advise`` for the domain asked, or for every domain of the table, one answer each."""
+    families = kwargs.pop("families", None)
+    if families is None and kwargs.get("unit", "flops") == "flops":
+        families = ladder.families(rows)  # fitted once for every domain's answer
+    asked = [domain] if domain is not None else domains_of(menu(aggregate(rows)))
+    return [advise(rows, domain=d, families=families, **kwargs) for d in asked]
 
 
 def curve_advice(trials: list[dict], families: list[ladder.Family] | None, *, pretrain: float,
@@ -139,7 +169,7 @@ def curve_advice(trials: list[dict], families: list[ladder.Family] | None, *, pr
                   "ratio": math.exp(d.value), "low": math.exp(d.low), "high": math.exp(d.high),
                   "separable": d.low > 0 or d.high < 0, "extrapolated": d.extrapolated}
     shown = {p.family.cell for p in predictions[:5]}
-    cross = [ladder.describe_crossing(c) for c in ladder.crossings(fams) if c.a.cell in shown]
+    cross = [f"{ladder.describe_cell(c.a.cell)}: {ladder.describe_crossing(c)}" for c in ladder.crossings(fams) if c.a.cell in shown]
     return {"answer": entry(best), "predictions": [entry(p) for p in predictions[:5]], "margin": margin,
             "crossings": cross, "notes": notes}
 
@@ -163,48 +193,49 @@ def excluded(rows: list[dict], best: dict | None, value: dict, limit: dict) -> l
 
 
 def format_advice(a: dict) -> str:
-    lines = []
+    """The advice for one domain; every sentence names it (a table's domains are answered one by one)."""
+    lines, on = [], a["domain"]
     if a["answer"] is None:
-        lines.append("No measured configuration fits these budgets.")
+        lines.append(f"No measured configuration fits these budgets on {on}.")
     else:
         b, m = a["answer"], a["answer"]["margin"]
         name = f"{display(b['method'])[0]} at size {b['size']}"
         if b["tie"]:
             tied = [x for x in b["rivals"] if x["separable"] is False]
-            lines.append(f"A tie at these budgets: {name} has the lowest mean perplexity, within noise of "
+            lines.append(f"A tie on {on} at these budgets: {name} has the lowest mean perplexity, within noise of "
                          + ", ".join(f"{display(x['method'])[0]} at size {x['size']} ({gap(x)})" for x in tied)
                          + "; choose among them by cost (C_total below), or add seeds.")
-        lines.append(f"{'Cheapest choice of the tie to check first' if b['tie'] else 'Build'} {name}: specialized "
+        lines.append(f"{'Cheapest choice of the tie to check first' if b['tie'] else 'Build'} {name} for {on}: specialized "
                      f"perplexity {ppl(b)}, top-1 {b['accuracy']:.4f}, C_total({b['domains']}) = {b['total']:.3g} "
                      f"{b['unit']} (measured: {b['trial']}).")
         if m:
-            lines.append(f"Margin over the best setting outside {'the tie' if b['tie'] else 'it'}: "
+            lines.append(f"Margin on {on} over the best setting outside {'the tie' if b['tie'] else 'it'}: "
                          f"{display(m['method'])[0]} at size {m['size']} ({m['runner_up']}), {gap(m)}.")
         elif b["rivals"]:
-            lines.append("Every other method and size that fits is within noise of it.")
+            lines.append(f"Every other method and size that fits is within noise of it on {on}.")
         else:
-            lines.append("No other method or size fits these budgets.")
+            lines.append(f"No other method or size fits these budgets on {on}.")
         losing = [x for x in b["rivals"] if x is not m and x["separable"] is not False]
         if losing:
-            lines += ["", "Also within the budgets, and behind it:"]
+            lines += ["", f"Also within the budgets on {on}, and behind it:"]
             lines += [f"- {display(x['method'])[0]} at size {x['size']} ({x['trial']}): {ppl(x)}, {gap(x)}"
                       for x in losing]
-        lines += ["", "Evidence (best admissible settings; ppl: mean [95% interval over its n seeds]):",
+        lines += ["", f"Evidence on {on} (best admissible settings; ppl: mean [95% interval over its n seeds]):",
                   "| setting | method | size | ppl | top-1 | C_total |", "|---|---|---|---|---|---|"]
         lines += [f"| {e['trial']} | {display(e['method'])[0]} | {e['size']} | {ppl(e)} | {e['accuracy']:.4f} "
                   f"| {e['total']:.3g} |" for e in a["evidence"]]
     if a["excluded"]:
-        lines += ["", "Ruled out by a budget although their perplexity is lower:" if a["answer"] else
-                  "Nearest measured settings, and the budgets they exceed:"]
+        lines += ["", f"Ruled out on {on} by a budget although their perplexity is lower:" if a["answer"] else
+                  f"Nearest measured settings on {on}, and the budgets they exceed:"]
         for e in a["excluded"]:
             over = "; ".join(f"{k} {o['value']:.3g} > {o['limit']:.3g} ({o['value'] / o['limit']:.2g}×)"
                              if o["limit"] > 0 else f"{k} {o['value']:.3g} > {o['limit']:.3g}"
                              for k, o in e["over"].items())
             lines.append(f"- {display(e['method'])[0]} (`{e['method']}`) at size {e['size']}: {ppl(e)} "
                          f"({e['trial']}); over budget: {over}")
-    lines += [f"Note: {n}." for n in a["notes"]]
+    lines += [f"Note ({on}): {n}." for n in a["notes"]]
     if a.get("curves"):
-        lines += ["", *format_curve_advice(a["curves"])]
+        lines += ["", *format_curve_advice(a["curves"], on)]
     return "\n".join(lines)
 
 
@@ -215,8 +246,8 @@ def gap(x: dict) -> str:
     return f"{x['difference']:.2f} ppl behind, 95% interval {x['low']:.2f} to {x['high']:.2f} ({x['test']})"
 
 
-def format_curve_advice(c: dict) -> list[str]:
-    lines = ["From the fitted curves, at exactly these budgets (loss vs pretraining FLOPs per family; 95% "
+def format_curve_advice(c: dict, on: str) -> list[str]:
+    lines = [f"From the fitted curves on {on}, at exactly these budgets (loss vs pretraining FLOPs per family; 95% "
              "intervals across seeds):"]
     if c["answer"] is None:
         return lines + [f"- {n}" for n in c["notes"]]
@@ -234,15 +265,21 @@ def format_curve_advice(c: dict) -> list[str]:
     m = c["margin"]
     if m:
         verdict = "separable" if m["separable"] else "a tie (the interval includes 1)"
-        lines.append(f"Margin: {display(m['method'])[0]} at size {m['size']} has {m['ratio']:.3f}× its perplexity (95% interval "
+        lines.append(f"Margin on {on}: {display(m['method'])[0]} at size {m['size']} has {m['ratio']:.3f}× its perplexity (95% interval "
                      f"{m['low']:.3f} to {m['high']:.3f}, paired by seed): {verdict}"
                      + ("; extrapolated" if m["extrapolated"] else "") + ".")
-    lines += ["Next best:"] + [f"- {said(e)}" for e in c["predictions"][1:]]
+    lines += [f"Next best on {on}:"] + [f"- {said(e)}" for e in c["predictions"][1:]]
     if c["crossings"]:
-        lines += ["Where the curves cross:"] + [f"- {x}" for x in c["crossings"]]
-    lines += [f"Note: {n}." for n in c["notes"]]
+        lines += [f"Where the curves cross on {on}:"] + [f"- {x}" for x in c["crossings"]]
+    lines += [f"Note ({on}): {n}." for n in c["notes"]]
     return lines
 
 
-def advise_sweep(sweep: str | Path, **kwargs) -> dict:
-    return advise(read_table(sweep), **kwargs)
+def advise_sweep(sweep: str | Path, **kwargs) -> list[dict]:
+    """``slm advise``: an answer per domain of the sweep's table (or for the one asked)."""
+    return advise_each(read_table(sweep), **kwargs)
+
+
+def format_each(answers: list[dict]) -> str:
+    return "\n\n".join(f"## {a['domain']}\n\n{format_advice(a)}" if len(answers) > 1 else format_advice(a)
+                       for a in answers)

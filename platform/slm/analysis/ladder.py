@@ -129,6 +129,12 @@ def crossings(fams: list[Family], against: str = methods.BASELINE) -> list[CellC
     return out
 
 
+def describe_cell(cell: tuple) -> str:
+    """``medical, d1, 25,000 tokens, 25 spec. steps``: a family's cell in words, its domain first."""
+    size, domain, tokens, steps = cell
+    return f"{domain}, {size}, {tokens:,} tokens, {steps} spec. steps"
+
+
 def describe_crossing(c: CellCrossing) -> str:
     x = c.crossing
     names = {"a": methods.display(c.a.method)[0], "b": methods.display(c.b.method)[0]}  # the papers' names

@@ -398,7 +398,7 @@ class Study:
     def crossing(self, domain: str, method: str) -> QuotedCrossing:
         """generic's fitted curve against ``method``'s on ``domain`` (the cell of the smallest in-domain data and
         specialization budget the families have)."""
-        found = [x for x in self._crossings if x.b.method == method and x.a.cell[1] == domain]
+        found = [x for x in self._crossings if x.b.method == method and x.a.domain == domain]
         if len(found) != 1:
             raise QuoteError(f"{self.folder}: {len(found)} crossings of generic and {method} on {domain}")
         return QuotedCrossing(domain, method, found[0])

@@ -339,8 +339,7 @@ def curve_lines(fams: list[ladder.Family], crossings: list[ladder.CellCrossing],
                      f"{len(f.fit.seeds)} | {f.fit.why} |")
     if crossings:
         lines += ["", "Where two methods' curves cross (95% interval across seeds, paired):", ""]
-        lines += [f"- {c.a.cell[1]}, {c.a.cell[0]}, {c.a.cell[2]:,} tokens, {c.a.cell[3]} spec. steps: "
-                  f"{ladder.describe_crossing(c)}" for c in crossings]
+        lines += [f"- {ladder.describe_cell(c.a.cell)}: {ladder.describe_crossing(c)}" for c in crossings]
     return lines
 
 
