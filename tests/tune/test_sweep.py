@@ -606,4 +606,4 @@ def test_a_wsd_sweep_trains_every_budget_and_reports_the_curves_through_them(tra
     assert (sweep / "report" / "fitted_curves.png").exists()
     advice = slm_cli("advise", "--sweep", str(sweep), "--pretrain-budget", "1e12", "--specialization-budget", "1e12",
                      "--inference-budget", "1e9", "--domain-tokens", "3200").stdout
-    assert "From the fitted curves, at exactly these budgets" in advice and "EXTRAPOLATED beyond the measured" in advice
+    assert "From the fitted curves on legal, at exactly these budgets" in advice and "EXTRAPOLATED beyond the measured" in advice

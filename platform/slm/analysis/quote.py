@@ -37,7 +37,7 @@ from slm.analysis.power import (
     measured_noise,
     seeds_to_decide,
 )
-from slm.analysis.report import _tokens_per_step, fitted_saturation, read_plan
+from slm.analysis.report import _tokens_per_step, fitted_saturation, pareto, read_plan, saturation
 from slm.analysis.results import aggregate, menu, total_flops
 from slm.analysis.stats import ALPHA
 from slm.train.config import decay_steps
@@ -404,6 +404,12 @@ class Study:
         return QuotedCrossing(domain, method, found[0])
 
     @cached_property
+    def last_doubling(self) -> list[dict]:
+        """The small generic model's change over its last doubling, read off each of its runs (a study of
+        snapshots: `slm.analysis.report.saturation`), by seed."""
+        return sorted(saturation(self.curves, self.plan.small), key=lambda r: r["seed"])
+
+    @cached_property
     def _saturation(self):
         found = fitted_saturation(self.curves, self.plan.small)
         if found is None:
@@ -419,6 +425,15 @@ class Study:
     def saturation_fit(self):
         """The curve it is read from (`slm.analysis.curves.Fit`: its form and why)."""
         return self._saturation[0]
+
+    @cached_property
+    def tokens_per_step(self) -> float:
+        return _tokens_per_step(self.curves)
+
+    @cached_property
+    def front(self) -> list[dict]:
+        """summary.md's Pareto front: settings no other beats on both total FLOPs (one domain) and perplexity."""
+        return pareto([{**r, "_total": total_flops(r)} for r in self.settings.values()], "_total")
 
     @cached_property
     def tokens_per_param(self) -> float:
@@ -500,6 +515,7 @@ class Renderer:
         self.env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(root)), undefined=jinja2.StrictUndefined,
                                       keep_trailing_newline=True, autoescape=False)
         self.env.filters.update(FILTERS)
+        self.env.tests["containing"] = lambda value, part: part in value
         self.env.globals.update(study=self.study, json=self.json, spec=self.spec, check=self.check, decay_steps=decay_steps, min=min, max=max, abs=abs, mean=statistics.fmean)
 
     def study(self, folder: str) -> Study:
