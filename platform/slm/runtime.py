@@ -171,6 +171,44 @@ def quiet_ray_data_failures() -> None:
             handler.addFilter(RAY_DATA_FAILURE_LINES)
 
 
+class _CpusComingBack(logging.Filter):
+    """Ray Data's "The Ray cluster currently does not have any available CPUs. The Dataset job will hang …",
+    kept only when it is true. Ray Data reads ``ray.available_resources()`` as a dataset starts to execute, and
+    right after the previous dataset's tasks end their CPUs are not yet handed back (the resource view lags by
+    a heartbeat): every healthy data job logged it, at a stage that then ran at once (issue 64). The record waits
+    up to ``CPU_SETTLE_S`` for a CPU to show; if one does, the warning was false and is dropped (and Ray's
+    once-per-process mark is cleared, so a cluster really full of actors later still warns)."""
+
+    PREFIX = "Warning: The Ray cluster currently does not have any available CPUs"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith(self.PREFIX):
+            return True
+        import ray
+        from ray.util import debug
+
+        deadline = time.monotonic() + CPU_SETTLE_S
+        while time.monotonic() < deadline:
+            if ray.is_initialized() and ray.available_resources().get("CPU"):
+                debug._logged.discard("cpu_warning")  # Ray Data's log_once key for this warning
+                return False
+            time.sleep(0.1)
+        return True
+
+
+CPU_SETTLE_S = 3.0
+CPUS_COMING_BACK = _CpusComingBack()
+
+
+def true_ray_data_warnings() -> None:
+    """Ray Data's warning of no free CPU only when none comes back (``_CpusComingBack``), verbose or not."""
+    import ray.data  # noqa: F401 (its logging configuration)
+
+    for handler in logging.getLogger("ray.data").handlers:
+        if CPUS_COMING_BACK not in handler.filters:
+            handler.addFilter(CPUS_COMING_BACK)
+
+
 # Whether this process's Ray connection is init_ray's: shutdown_ray ends only that. A job run in a process
 # that had Ray already (the test session's, in-process `run_job`) stopped it: SIGTERM to its GCS, and the
 # next test that needed it waited forever (issue 44).
@@ -227,6 +265,7 @@ def init_ray(cfg: RayConfig):
     if not verbose():  # Ray Data's execution plans and per-dataset statistics: INFO lines by the dozen
         logging.getLogger("ray.data").setLevel(logging.WARNING)
         quiet_ray_data_failures()
+    true_ray_data_warnings()
     log.info(f"[ray] {where}; {ray.cluster_resources().get('CPU', 0):.0f} CPUs; "
              f"{dashboard_said(getattr(context, 'dashboard_url', None), cfg.include_dashboard or bool(address))}")
     return context
