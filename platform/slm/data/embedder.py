@@ -25,6 +25,7 @@ the dtype's rounding (tested against it).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import io
@@ -142,12 +143,20 @@ def _load_program(path: Path, compiled: bool):
         loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
         return (lambda *tensors: loader.run(list(tensors))[0]), json.loads(loader.get_metadata()["inputs"])
     # A pickle (a graph module is code plus weights): only ever one this machine's export wrote.
-    with warnings.catch_warnings():  # torch 2.13's own unpickling of the program's tree specs calls an API
-        # it deprecates ("isinstance(treespec, LeafSpec)"): torch's to change, nothing for a user to do.
-        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                                category=FutureWarning)
+    with torch_own_deprecations():
         saved = torch.load(path, weights_only=False)
     return saved["forward"], saved["inputs"]
+
+
+@contextlib.contextmanager
+def torch_own_deprecations():
+    """torch 2.13 calls an API it deprecates when it copies or unpickles a program's tree specs ("isinstance(
+    treespec, LeafSpec) is deprecated"), in torch.export and AOTInductor's compile as in loading an eager export:
+    torch's to change, nothing for a user to do, and every first embed's worker log carried it (issue 64)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                category=FutureWarning)
+        yield
 
 
 def export_once(model_path: str | Path, *, dtype: str, device: str, path: Path, compiled: bool,
@@ -159,8 +168,9 @@ def export_once(model_path: str | Path, *, dtype: str, device: str, path: Path, 
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{path}.lock"):
         if not path.exists():  # not written meanwhile by the process that held the lock
-            export_sentence_transformer(model_path, dtype=dtype, device=device, path=path, compiled=compiled,
-                                        threads=threads)
+            with torch_own_deprecations():
+                export_sentence_transformer(model_path, dtype=dtype, device=device, path=path, compiled=compiled,
+                                            threads=threads)
             vouch(path)
 
 
