@@ -350,6 +350,6 @@ def registered_example(module_name: str, path: Path, method: str):
     sys.modules[spec.name] = module  # its dataclass resolves its annotations through it
     spec.loader.exec_module(module)
     yield module
-    registry._METHODS.pop(method)
-    METHOD_SETTINGS._classes.pop(method, None)
+    registry.METHODS.remove(method)
+    METHOD_SETTINGS.remove(method)
     sys.modules.pop(spec.name)

@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "platform" / "slm"
 # section, is at the top with the commands that load it. No exception.
 LAYERS = [
     ["slm.config", "slm.artifacts", "slm.runtime", "slm.layout", "slm.progress", "slm.log"],
-    ["slm.corpus"],
+    ["slm.corpus", "slm.browser"],  # the browser fetches Debian packages as the corpus does
     ["slm.data"],
     ["slm.models"],
     ["slm.methods"],

@@ -146,3 +146,28 @@ def test_unknown_methods_fail_with_the_key():
             check_methods(load_job(None, [override]))
     with pytest.raises(ConfigError, match="sweep.all_experts"):
         check_methods(load_job(None, ["sweep.methods=[generic]", "sweep.all_experts=true"]))
+
+
+def test_one_registry_type_names_its_rules():
+    """Issue 65: methods, subset methods and methods' settings sections are one registry type (slm.config.Registry):
+    a name registered once, folder- and run-name-safe (it becomes part of `generic-d1-seed0` and of
+    `resampled/legal/crisp`), and an unknown one refused naming the config key."""
+    from slm.config import Registry
+    from slm.data.resample import SUBSETS
+    from slm.methods.registry import METHODS
+    from slm.models.config import METHOD_SETTINGS
+
+    assert all(isinstance(r, Registry) for r in (METHODS, SUBSETS, METHOD_SETTINGS))
+    for bad in ("my-method", "Generic", "2stage", "a" * 33, "../x"):
+        class Named(methods.get("generic").__class__):
+            name = bad
+            swept_by_default = False
+
+        with pytest.raises(ValueError, match="lower-case letters, digits or '_'"):
+            methods.register(Named)
+        assert bad not in methods.names()
+    with pytest.raises(ConfigError, match=r"config key 'resample.methods': unknown resample method 'random'; "
+                                          r"resample methods: \["):
+        SUBSETS.get("random")
+    with pytest.raises(ConfigError, match=r"config key 'sweep.methods': unknown method 'moe'"):
+        methods.get("moe", "sweep.methods")

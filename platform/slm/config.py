@@ -41,32 +41,71 @@ def check_name(name: str, key: str) -> str:
 # ------------------------------------------------------------------------------ registered sections
 
 
-class Registry:
-    """Config sections that the modules owning them register by name (levanter's ``register_subclass``,
-    torchtitan's per-model ``Config``): each method's own settings. A dataclass field declared with
-    :meth:`field` holds one section per registered name, and YAML writes each under its own name beside
-    the dataclass's other keys (``pretrain.model.projected.bank_size``); the loader builds the registered
-    class (strict keys and types, its ``validate``), and names a key that is no registered section."""
+# A registered name (a method, a subset method, a stage): it becomes part of folder and run names
+# (``generic-d1-seed0``, ``resampled/legal/crisp``), where '-' separates fields: lower-case letters, digits and '_'.
+REGISTERED_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
-    def __init__(self, what: str):
-        self.what = what
-        self._classes: dict[str, type] = {}
 
-    def register(self, name: str, cls: type) -> None:
-        if not dataclasses.is_dataclass(cls):
-            raise TypeError(f"{self.what} {name!r}: {cls!r} is not a dataclass")
-        if name in self._classes and self._classes[name] is not cls:
+class Registry(typing.Generic[T]):
+    """Things the platform knows by name, registered by the modules that own them (levanter's
+    ``register_subclass``, torchtitan's train specs): the methods, the subset methods of the resample stage, the
+    stages, and the config sections of methods' own settings. One type for all of them: a name may be registered
+    once and must be ``REGISTERED_NAME`` (it names folders and runs), and an unknown one fails with the config
+    key that named it and the names there are.
+
+    A registry of config sections (``sections=True``: its items are dataclasses) gives a dataclass field
+    (:meth:`field`) holding one section per registered name; YAML writes each under its own name beside the
+    dataclass's other keys (``pretrain.model.projected.bank_size``), and the loader builds the registered class
+    (strict keys and types, its ``validate``) and names a key that is no registered section."""
+
+    def __init__(self, what: str, key: str = "", sections: bool = False):
+        self.what, self.key, self.sections = what, key, sections
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str, item: T) -> T:
+        if not isinstance(name, str) or not REGISTERED_NAME.fullmatch(name):
+            raise ValueError(f"{self.what} {name!r}: a registered name is 1-32 lower-case letters, digits or '_', "
+                             "starting with a letter (it becomes part of folder and run names, where '-' separates "
+                             "fields)")
+        if self.sections and not dataclasses.is_dataclass(item):
+            raise TypeError(f"{self.what} {name!r}: {item!r} is not a dataclass")
+        if name in self._items and self._items[name] is not item:
             raise ValueError(f"{self.what} {name!r} is registered twice")
-        self._classes[name] = cls
+        self._items[name] = item
+        return item
+
+    def remove(self, name: str) -> None:
+        """Forget ``name`` (a test's temporary registration)."""
+        self._items.pop(name, None)
+
+    def get(self, name: str, key: str = "") -> T:
+        """The item called ``name``; an unknown one fails with the config key that named it (``key``, or the
+        registry's own)."""
+        try:
+            return self._items[name]
+        except KeyError:
+            raise ConfigError(f"config key '{key or self.key}': unknown {self.what} {name!r}; "
+                              f"{self.what}s: {self.names()}") from None
 
     def names(self) -> list[str]:
-        return list(self._classes)
+        return list(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> typing.Iterator[str]:
+        return iter(list(self._items))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    # ---- config sections
 
     def defaults(self) -> dict[str, Any]:
-        return {name: cls() for name, cls in self._classes.items()}
+        return {name: cls() for name, cls in self._items.items()}
 
     def build(self, name: str, value: Any, prefix: str) -> Any:
-        return from_dict(self._classes[name], value, prefix=f"{prefix}{name}.")
+        return from_dict(self._items[name], value, prefix=f"{prefix}{name}.")
 
     def field(self) -> Any:
         """The dataclass field holding every registered section (defaults for those not given)."""

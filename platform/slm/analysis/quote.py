@@ -40,6 +40,7 @@ from slm.analysis.power import (
 from slm.analysis.report import _tokens_per_step, fitted_saturation, pareto, read_plan, saturation
 from slm.analysis.results import aggregate, menu, total_flops
 from slm.analysis.stats import ALPHA
+from slm.methods import BASELINE
 from slm.train.config import decay_steps
 from slm.tune.table import read_curves, read_table
 
@@ -464,7 +465,7 @@ class Study:
 
     def steps_of(self, flops: float) -> float:
         """The small generic model's pretraining steps at ``flops`` (a crossing's budget in steps)."""
-        r = next(r for r in self.settings.values() if r["method"] == "generic" and r["size"] == self.plan.small)
+        r = next(r for r in self.settings.values() if r["method"] == BASELINE and r["size"] == self.plan.small)
         return flops / (r["pretrain_flops"] / r["pretrain_steps"])
 
     def seeds_to_decide(self, claim_id: str, *words: str) -> str:

@@ -38,7 +38,7 @@ from slm.artifacts import (
     verify,
     write_manifest,
 )
-from slm.config import ConfigError, config_hash
+from slm.config import Registry, config_hash
 from slm.corpus.documents import hash_seed
 from slm.corpus.layout import corpus_files, domain_dir
 from slm.data import dsir
@@ -86,22 +86,18 @@ class SubsetMethod:
         raise NotImplementedError
 
 
-SUBSETS: dict[str, SubsetMethod] = {}
+SUBSETS: Registry[SubsetMethod] = Registry("resample method", key="resample.methods")
 
 
 def register(cls: type[SubsetMethod]) -> type[SubsetMethod]:
-    if cls.name in SUBSETS:
-        raise ValueError(f"resample method {cls.name!r} is registered twice")
-    SUBSETS[cls.name] = cls()
+    """Class decorator: make a subset method known by its ``name`` (``resample.methods``)."""
+    SUBSETS.register(cls.name, cls())
     return cls
 
 
 def subset_method(name: str, key: str = "resample.methods") -> SubsetMethod:
     """The subset method called ``name``; an unknown one fails with the config key that named it."""
-    try:
-        return SUBSETS[name]
-    except KeyError:
-        raise ConfigError(f"config key '{key}': unknown resample method {name!r}; methods: {list(SUBSETS)}") from None
+    return SUBSETS.get(name, key)
 
 
 def _poisson(d: Draw, lam: np.ndarray) -> tuple[ray.data.Dataset, dict]:

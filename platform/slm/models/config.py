@@ -8,7 +8,7 @@ with the section's own ``validate``. A sweep comparing several methods carries e
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from slm.config import ConfigError, Registry
@@ -16,7 +16,7 @@ from slm.config import ConfigError, Registry
 MAX_DEPTH = 64  # nanochat's dial: width 64·depth; past this no run here or on a cluster is sane
 
 # Method name → its settings dataclass; filled by ``slm.methods.register`` as the methods are imported.
-METHOD_SETTINGS = Registry("method settings")
+METHOD_SETTINGS = Registry("method settings", key="pretrain.model", sections=True)
 
 
 @dataclass
@@ -50,6 +50,12 @@ class ModelConfig:
         if not self.depth:
             return self.preset
         return f"d{self.depth}" + (f"w{self.width}" if self.width and self.width != 64 * self.depth else "")
+
+    def own(self, method: str | None) -> ModelConfig:
+        """This config with only ``method``'s settings section (none for ``None``, or a method without one):
+        what a run of that method is made of. A run's identity (its hash) is its own method's settings, never
+        another's: registering a method, or changing one, leaves every other method's finished runs current."""
+        return replace(self, methods={method: self.methods[method]} if method in self.methods else {})
 
     def settings(self, method: str) -> Any:
         """The settings section of ``method`` (``pretrain.model.<method>``)."""

@@ -33,6 +33,8 @@ from slm.config import ConfigError, config_hash
 from slm.data import histogram
 from slm.layout import RunLayout, TrainOutput, branch_name, require
 from slm.log import logger
+from slm.methods.base import Method
+from slm.models.config import ModelConfig
 from slm.models.gpt import GPTConfig, preset, save_dense
 from slm.runtime import RayConfig, cluster_address, init_ray
 from slm.train import integrity, numerics
@@ -218,9 +220,11 @@ def pretrain_data(cfg: TrainJob) -> Path:
     return packed_arrays(RunLayout.of(cfg), methods.get(cfg.pretrain.method).pretrain_set(domain))
 
 
-def pretrain(cfg: TrainJob) -> dict:
+def pretrain_spec(cfg: TrainJob) -> tuple[Method, WorkerSpec, TrainOutput]:
+    """A pretraining run as its worker receives it (the bound method, the spec, its output folder); the spec's
+    hash is the run's identity: what makes its model — its own method's settings, its data, its training —
+    and nothing of other methods' (issue 65: registering or changing a method left every other run current)."""
     p: PretrainConfig = cfg.pretrain
-    pin_here(p.train, "pretrain")
     method = methods.get(p.method).bind(p.model)
     data = pretrain_data(cfg)
     seq_len = int(np.load(data / "tokens.npy", mmap_mode="r").shape[1]) - 1
@@ -233,11 +237,19 @@ def pretrain(cfg: TrainJob) -> dict:
     spec = WorkerSpec(name=p.run_name, config_key="pretrain.train", output=str(output.dir.resolve()),
                       train=tracked(p.train, cfg),
                       arch=arch, data=str(data), valid=valid_arrays(RunLayout.of(cfg), list(cfg.corpus.domains)),
-                      model=p.model, teacher=_teacher(p.teacher), selection=p.selection,
+                      model=p.model.own(p.method), teacher=_teacher(p.teacher), selection=p.selection,
                       snapshot_steps=sorted(set(p.snapshot_steps) - set(branched)),
                       branch_points=sorted({p.train.optim.decay_start(b) for b in branched}),
                       domain_h=coarse_histograms(cfg) if method.clustered else {},
                       tensorboard=str(RunLayout.of(cfg).tensorboard("pretrain", p.run_name).resolve()))
+    return method, spec, output
+
+
+def pretrain(cfg: TrainJob) -> dict:
+    p: PretrainConfig = cfg.pretrain
+    pin_here(p.train, "pretrain")
+    method, spec, output = pretrain_spec(cfg)
+    arch, data, branched = spec.arch, Path(spec.data), branched_budgets(p)
     if p.teacher.checkpoint:
         if not Path(p.teacher.checkpoint).exists():
             raise TrainingInputError(f"config key 'pretrain.teacher.checkpoint': {p.teacher.checkpoint} does not exist")
@@ -374,6 +386,7 @@ def specialize(cfg: TrainJob) -> dict:
     check_precision(s.train, "specialize", cfg)
     spec = WorkerSpec(name=f"{domain}/{name}", config_key="specialize.train", output=str(output.dir.resolve()),
                       train=tracked(s.train, cfg), arch=methods.dense_record(arch.gpt), data=str(arrays),
+                      model=ModelConfig().own(None),  # a dense model fine-tuned: no method's settings
                       valid=valid_arrays(RunLayout.of(cfg), [domain]), teacher=_teacher(s.teacher), lora=s.lora,
                       init=str(init.resolve()), init_sha=file_sha256(init), rows=str(rows_path.resolve()),
                       tensorboard=str(layout.tensorboard("specialize", f"{domain}/{name}").resolve()))
