@@ -68,8 +68,8 @@ out = {"slm": slm.__file__}
 for method in methods:
     name = f"golden-{method}"  # the same in both checkouts: a model file's header carries it
     cfg = load_job(job, [f"run.root={Path(run_dir).parent}", f"run.name={Path(run_dir).name}",
-                          f"pretrain.method={method}", f"pretrain.name={name}", f"pretrain.output=golden/{label}",
-                          f"specialize.output=golden/{label}/specialized", f"specialize.source={name}", *settings])
+                          f"pretrain.method={method}", f"pretrain.name={name}", f"pretrain.output=golden-{label}",
+                          f"specialize.output=golden-{label}-specialized", f"specialize.source={name}", *settings])
     # a commit from before issue 30 also took the run directory
     pre, spec = (pretrain(cfg), specialize(cfg)) if len(inspect.signature(pretrain).parameters) == 1 else (
         pretrain(cfg, cfg.run.dir), specialize(cfg, cfg.run.dir))

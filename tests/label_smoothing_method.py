@@ -1,21 +1,17 @@
-"""A method whose loss has a setting of its own (issue 47): the generic dense model trained with label
-smoothing, ``pretrain.model.smoothed.epsilon``. Its forward reads the setting from the method bound to
-the run (``self.settings``), as every hook of a method does: no sampler detour, no global. Registered by
-the tests that import it (``tests/test_methods_registry.py``), not shipped."""
+"""A method whose objective has a setting of its own (issues 47, 65): the generic dense model trained with label
+smoothing, ``pretrain.model.smoothed.epsilon``. Its ``objective`` hook reads the setting from the method bound to
+the run (``self.settings``), as every hook of a method does, and returns the configured objective with it: the
+loss is still computed in one place (``slm.train.objectives.Objective``). Registered by the tests that import it
+(``tests/test_methods_registry.py``), not shipped."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
-
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 from slm.config import ConfigError
 from slm.methods.base import Method
 from slm.methods.registry import register
-from slm.models.gpt import LMOutput
 
 
 @dataclass
@@ -37,10 +33,7 @@ class LabelSmoothed(Method):
     swept_by_default = False
     Settings = SmoothingSettings
 
-    def forward(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None,
-                coarse: torch.Tensor, context: Any) -> LMOutput:
-        out = model(inputs)
-        if targets is not None:
-            out.loss = F.cross_entropy(out.logits.float().flatten(0, 1), targets.flatten(),
-                                       label_smoothing=self.settings.epsilon)
-        return out
+    def objective(self, configured: Any) -> Any:
+        """Its runs optimize the configured objective with its own ε: a change of objective, never a loss of its
+        own (issue 65: it computed a second cross-entropy beside the model's and logged it as ``ce``)."""
+        return replace(configured, label_smoothing=self.settings.epsilon)

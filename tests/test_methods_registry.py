@@ -105,24 +105,34 @@ def test_a_new_method_with_its_own_setting_is_one_module(tempered_method, tmp_pa
         assert np.array_equal(drawn, tempered_method.TemperedSampler(coarse, np.arange(1000), temperature, 0).indices(0, 0, 1, 20_000))
 
 
-def test_a_method_reads_its_own_settings_in_its_forward(smoothed_method):
-    """The loss is the method's, with the run's own setting: each run binds the registered method to its
-    settings (a new object: two runs' settings never mix), and an unbound method refuses to guess."""
+def test_a_method_chooses_its_objective_with_its_own_settings(smoothed_method):
+    """A change of objective is the method's choice, the loss still computed in one place (issue 65): each run
+    binds the registered method to its settings (a new object: two runs' settings never mix), its ``objective``
+    hook returns the configured objective with its ε, and an unbound method refuses to guess. The logged ``ce`` is
+    the plain cross-entropy whatever is optimized; the smoothed loss is ``smoothed_ce``."""
+    from slm.train.config import ObjectiveConfig
+    from slm.train.objectives import Objective
+
     gpt = preset("tiny")
     torch.manual_seed(0)
     model = methods.get("generic").build(methods.dense_record(gpt))
     x = torch.randint(0, gpt.vocab_size, (2, gpt.seq_len))
     logits = model(x).logits.float().flatten(0, 1)
+    logp = torch.log_softmax(logits, -1)
+    plain = -logp.gather(-1, x.flatten()[:, None]).mean()
     runs = {epsilon: methods.get("smoothed").bind(load_job(None, [f"pretrain.model.smoothed.epsilon={epsilon}"]).pretrain.model)
             for epsilon in (0.0, 0.3)}
     for epsilon, method in runs.items():
         assert method.settings.epsilon == epsilon
-        loss = method.forward(model, x, x, torch.zeros(2), None).loss
+        chosen = method.objective(ObjectiveConfig(z_loss=1e-4))
+        assert chosen == ObjectiveConfig(label_smoothing=epsilon, z_loss=1e-4)  # the rest as configured
+        out = method.forward(model, x, x, torch.zeros(2), None, Objective(chosen.label_smoothing).data)
+        losses = Objective().with_teacher(out, None, 0.0)
         # label smoothing by its definition: (1 − ε)·CE + ε·mean over the vocabulary of −log p
-        logp = torch.log_softmax(logits, -1)
-        expected = -(1 - epsilon) * logp.gather(-1, x.flatten()[:, None]).mean() - epsilon * logp.mean()
-        assert torch.allclose(loss, expected, atol=1e-5), (epsilon, float(loss), float(expected))
-    assert runs[0.0].forward(model, x, x, None, None).loss != runs[0.3].forward(model, x, x, None, None).loss
+        expected = (1 - epsilon) * plain - epsilon * logp.mean()
+        assert torch.allclose(losses.loss, expected, atol=1e-5), (epsilon, float(losses.loss), float(expected))
+        assert torch.allclose(losses.ce, plain, atol=1e-6) and (("smoothed_ce" in losses.terms) == (epsilon > 0))
+    assert methods.get("generic").objective(ObjectiveConfig(0.2)) == ObjectiveConfig(0.2)  # as configured
     with pytest.raises(RuntimeError, match="'smoothed'.*before the method was bound"):
         _ = methods.get("smoothed").settings
     with pytest.raises(ConfigError, match=r"'pretrain.model.smoothed.epsilon': must be in \[0, 1\)"):

@@ -398,12 +398,21 @@ def dump_yaml(obj: Any) -> str:
 # (TensorBoard folder, experiment trackers) do not change what the run computes, so changing them must
 # neither retrain a finished run nor start a resumed one afresh.
 NOT_HASHED = {"hashed": False}
+# A field added after runs were keyed, whose default reproduces exactly what those runs computed: hashed only when
+# set to something else, so that adding it leaves every finished run current (issue 65) while a run that uses it
+# is a new one.
+HASHED_WHEN_SET = {"hashed": "when set"}
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 def _hashed(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _hashed(getattr(value, f.name)) for f in dataclasses.fields(value)
-                if f.metadata.get("hashed", True)}
+                if f.metadata.get("hashed", True) is True
+                or (f.metadata.get("hashed") == "when set" and getattr(value, f.name) != _default(f))}
     if isinstance(value, list | tuple):
         return [_hashed(v) for v in value]
     if isinstance(value, dict):
@@ -412,7 +421,7 @@ def _hashed(value: Any) -> Any:
 
 
 def config_hash(obj: Any) -> str:
-    """A stable hash of a config (section): what a stage's manifest is keyed on (``NOT_HASHED`` fields
-    left out)."""
+    """A stable hash of a config (section): what a stage's manifest is keyed on (``NOT_HASHED`` fields left out,
+    ``HASHED_WHEN_SET`` ones at their default too)."""
     blob = json.dumps(_hashed(obj), sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

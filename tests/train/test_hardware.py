@@ -15,11 +15,12 @@ from slm import methods
 from slm.config import ConfigError, from_dict
 from slm.job import load_job
 from slm.models.config import ModelConfig
-from slm.models.gpt import preset
+from slm.models.gpt import LMOutput, preset
 from slm.models.soup import DomainPrior
 from slm.runtime import native_bf16
 from slm.train import hardware
 from slm.train.config import TrainConfig
+from slm.train.objectives import Objective
 from slm.train.trainer import pretrain
 from tests.conftest import REPO, logged_rows, train_overrides
 
@@ -102,8 +103,8 @@ def _step_fn(model, method: methods.Method, batch: tuple, prior: DomainPrior):
     methods read it), with an h drawn from the prior (the soup reads it)."""
     x, y = batch
 
-    def step(i: int):
-        return method.forward(model, x, y, torch.full((x.shape[0],), i % 4), prior.sample())
+    def step(i: int) -> LMOutput:  # the loss inside the model's forward, as TrainModule.step has it computed
+        return method.forward(model, x, y, torch.full((x.shape[0],), i % 4), prior.sample(), Objective().data)
 
     return step
 
@@ -189,7 +190,7 @@ def test_deepspeed_computes_in_the_precision_the_run_reports(monkeypatch):
         for precision, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
             strategy = DeepSpeedStrategy(GPT(preset("tiny")), OptimConfig(), 10, zero_stage=2, micro_batch=2,
                                          precision=precision, device_type="cpu")
-            out = strategy.model(tokens[:, :-1], tokens[:, 1:])  # as TrainModule.step calls it
+            out = strategy.model(tokens[:, :-1], tokens[:, 1:], Objective().data)  # as TrainModule.step calls it
             assert out.logits.dtype == dtype, precision
             assert out.loss.dtype == torch.float32
             strategy.step(out.loss)

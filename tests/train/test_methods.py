@@ -58,23 +58,32 @@ def test_each_method_learns(pretrained, train_run, method):
     assert m["inference_flops_per_token"] > 0
 
 
-def test_a_method_setting_reaches_its_loss_in_a_training_run(train_run):
-    """Issue 47: ``pretrain.model.smoothed.epsilon`` reaches the method's forward in the training worker
-    through the method bound to the run (tests/label_smoothing_method.py). At ε = 0 the run is the generic
-    model's, loss for loss (same seed, rows and initial weights; the loss computed by another formula); at
-    ε = 0.5 it is another run."""
-    losses = {}
+def test_the_objective_is_configured_once_and_a_method_chooses_it(train_run):
+    """Issues 47 and 65: the loss is computed in one place from the configured objective
+    (``pretrain.train.objective``), and a method that is a change of objective (tests/label_smoothing_method.py,
+    ``pretrain.model.smoothed.epsilon``) chooses it through its ``objective`` hook, bound to the run's settings in
+    the worker. ε = 0 is the generic run bit for bit; ε = 0.5 is the generic run with
+    ``objective.label_smoothing=0.5`` bit for bit, its optimized loss logged as ``loss`` and ``smoothed_ce`` and
+    the plain cross-entropy as ``ce``; a z-loss logs its own term."""
+    rows = {}
     with registered_example("label_smoothing_method", REPO / "tests" / "label_smoothing_method.py", "smoothed"):
-        for name, method, epsilon in (("reference", "generic", 0.5), ("smoothed-0", "smoothed", 0.0),
-                                      ("smoothed-half", "smoothed", 0.5)):
+        for name, method, overrides in (("reference", "generic", []), ("smoothed-0", "smoothed", ["pretrain.model.smoothed.epsilon=0.0"]),
+                                        ("smoothed-half", "smoothed", ["pretrain.model.smoothed.epsilon=0.5"]),
+                                        ("configured-half", "generic", ["pretrain.train.objective.label_smoothing=0.5"]),
+                                        ("z-loss", "generic", ["pretrain.train.objective.z_loss=0.01"])):
             cfg = job(train_run, f"pretrain.method={method}", f"pretrain.name={name}", "pretrain.train.budget.steps=12",
                       "pretrain.train.log_every=1", "pretrain.train.batch_size=8", "pretrain.train.compile=never",
-                      f"pretrain.model.smoothed.epsilon={epsilon}")
+                      *overrides)
             pretrain(cfg)
-            losses[name] = np.array([r["loss"] for r in metrics(train_run.run.dir / "checkpoints" / name) if "loss" in r])
-    assert len(losses["reference"]) == 12
-    np.testing.assert_allclose(losses["smoothed-0"], losses["reference"], rtol=1e-4)
-    assert np.abs(losses["smoothed-half"] - losses["reference"])[1:].min() > 1e-3, losses
+            rows[name] = [r for r in metrics(train_run.run.dir / "checkpoints" / name) if "loss" in r]
+    column = {name: {key: np.array([r[key] for r in got]) for key in ("loss", "ce")} for name, got in rows.items()}
+    assert len(column["reference"]["loss"]) == 12
+    np.testing.assert_array_equal(column["smoothed-0"]["loss"], column["reference"]["loss"])
+    np.testing.assert_array_equal(column["smoothed-half"]["loss"], column["configured-half"]["loss"])
+    assert np.abs(column["smoothed-half"]["loss"] - column["reference"]["loss"])[1:].min() > 1e-3
+    assert all(r["loss"] == r["smoothed_ce"] and r["ce"] < r["loss"] for r in rows["smoothed-half"])
+    assert all("smoothed_ce" not in r and r["ce"] == r["loss"] for r in rows["reference"])
+    assert all(r["loss"] == pytest.approx(r["ce"] + r["z_loss"]) and r["z_loss"] > 0 for r in rows["z-loss"])
 
 
 def test_method_specific_costs_and_shapes(pretrained):

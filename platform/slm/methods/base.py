@@ -23,7 +23,7 @@ import torch.nn as nn
 from slm.config import ConfigError
 from slm.methods.samplers import UniformSampler
 from slm.models.config import ModelConfig
-from slm.models.gpt import GPT, GPTConfig, LMOutput
+from slm.models.gpt import GPT, GPTConfig, LMOutput, LossFn
 
 
 @dataclass(frozen=True)
@@ -123,10 +123,17 @@ class Method:
         """What picks each step's rows (``slm.methods.samplers``); ``rows``: the rows it may use."""
         return UniformSampler(rows, seed)
 
-    def forward(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None,
-                coarse: torch.Tensor, context: Any) -> LMOutput:
-        """One training forward; ``context`` is the sampler's for the step (``sampler.context(step)``)."""
-        return model(inputs, targets)
+    def forward(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None, coarse: torch.Tensor,
+                context: Any, objective: LossFn | None = None) -> LMOutput:
+        """One training forward, its loss computed by ``objective`` (the run's ``Objective.data``: the one place
+        the loss is computed) inside the model's forward; ``context`` is the sampler's for the step
+        (``sampler.context(step)``)."""
+        return model(inputs, targets, objective)
+
+    def objective(self, configured: Any) -> Any:
+        """The objective its runs optimize (``train.objective``, an ``ObjectiveConfig``): as configured, unless the
+        method is a change of objective (a label-smoothed model returns the configured one with its own ε)."""
+        return configured
 
     # ---- serving
 

@@ -18,7 +18,7 @@ from slm.config import ConfigError
 from slm.methods.base import Architecture, Method
 from slm.methods.registry import register
 from slm.methods.samplers import ClusterSampler
-from slm.models.gpt import GPT, GPTConfig, LMOutput
+from slm.models.gpt import GPT, GPTConfig, LMOutput, LossFn
 from slm.models.mixture import MixtureOfExperts
 
 
@@ -54,9 +54,9 @@ class ExpertMethod(Method):
     def sampler(self, arch: ExpertsArchitecture, coarse: np.ndarray, rows: np.ndarray, seed: int):
         return ClusterSampler(coarse, arch.n_experts, seed)
 
-    def forward(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None,
-                coarse: torch.Tensor, context: Any) -> LMOutput:
-        return model(inputs, coarse, targets)
+    def forward(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None, coarse: torch.Tensor,
+                context: Any, objective: LossFn | None = None) -> LMOutput:
+        return model(inputs, coarse, targets, objective)
 
     @torch.no_grad()
     def instantiate(self, model: nn.Module, arch: ExpertsArchitecture, coarse_histogram: list[float],

@@ -15,7 +15,7 @@ from slm.config import ConfigError
 from slm.methods.base import Architecture, Method
 from slm.methods.registry import register
 from slm.methods.samplers import step_rng
-from slm.models.gpt import GPT, GPTConfig, LMOutput
+from slm.models.gpt import GPT, GPTConfig, LMOutput, LossFn
 from slm.models.soup import DomainPrior, SoupOfExperts
 
 
@@ -119,9 +119,9 @@ class Soup(Method):
     def sampler(self, arch: SoupArchitecture, coarse: np.ndarray, rows: np.ndarray, seed: int):
         return MixtureSampler(coarse, arch.n_domains, self.settings.active, seed)
 
-    def forward(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None,
-                coarse: torch.Tensor, context: Any) -> LMOutput:
-        return model(inputs, context.to(inputs.device), targets)
+    def forward(self, model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | None, coarse: torch.Tensor,
+                context: Any, objective: LossFn | None = None) -> LMOutput:
+        return model(inputs, context.to(inputs.device), targets, objective)
 
     @torch.no_grad()
     def instantiate(self, model: nn.Module, arch: SoupArchitecture, coarse_histogram: list[float],

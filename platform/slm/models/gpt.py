@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -184,20 +185,41 @@ class Block(nn.Module):
 
 @dataclass
 class LMOutput:
-    """What the objectives need: the logits (KD and SALT need the whole distribution) and, given
-    targets, the mean token cross-entropy."""
+    """What the objectives need: the logits (KD and SALT need the whole distribution) and, given targets, the
+    loss (the objective's, or the mean token cross-entropy), the plain cross-entropy and the objective's other
+    terms by name."""
 
     logits: torch.Tensor
     loss: torch.Tensor | None = None
+    ce: torch.Tensor | None = None
+    terms: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
-def lm_output(logits: torch.Tensor, targets: torch.Tensor | None = None) -> LMOutput:
-    """The loss from the logits, in float32 whatever the logits' precision: the one place every model
-    computes it."""
+# The objective a model is called with (``slm.train.objectives.Objective.data``): (logits, targets) → (loss, plain
+# cross-entropy, other terms). Computed in the model's forward, so that a compiled model's graph holds its loss.
+LossFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]]
+
+
+def token_logprobs(logits: torch.Tensor) -> torch.Tensor:
+    """log p over the vocabulary, in float32 whatever the logits' precision."""
+    return F.log_softmax(logits.float(), dim=-1)
+
+
+def cross_entropy(logprobs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The mean next-token cross-entropy from ``token_logprobs``: the one definition every loss and measure uses
+    (training's objective, a model called with targets, the evaluation's per-row sums)."""
+    return -logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1).mean()
+
+
+def lm_output(logits: torch.Tensor, targets: torch.Tensor | None = None, objective: LossFn | None = None) -> LMOutput:
+    """A model's output; given targets, the loss ``objective`` computes from the logits (training's configured
+    objective, ``slm.train.objectives.Objective``), or without one their plain cross-entropy."""
     out = LMOutput(logits=logits)
     if targets is not None:
-        logprobs = F.log_softmax(logits.float(), dim=-1)
-        out.loss = -logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1).mean()
+        if objective is None:
+            out.loss = out.ce = cross_entropy(token_logprobs(logits), targets)
+        else:
+            out.loss, out.ce, out.terms = objective(logits, targets)
     return out
 
 
@@ -231,7 +253,7 @@ class GPT(nn.Module):
             else:
                 nn.init.ones_(p)
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None) -> LMOutput:
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, objective: LossFn | None = None) -> LMOutput:
         if idx.shape[1] > self.config.seq_len:
             raise ValueError(f"sequence length {idx.shape[1]} exceeds the model's seq_len {self.config.seq_len}")
         x = self.embed(idx)
@@ -240,7 +262,7 @@ class GPT(nn.Module):
         logits = F.linear(self.norm(x), self.embed.weight)  # tied output embedding
         if self.config.parametrization == "mup":  # µP's readout: the shared embedding's logits over m
             logits = logits / self.config.width_mult
-        return lm_output(logits, targets)
+        return lm_output(logits, targets, objective)
 
     # -------------------------------------------------------------------------------- accounting
 

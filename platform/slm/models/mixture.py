@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 
-from slm.models.gpt import GPT, GPTConfig, LMOutput, ModelConfigError, lm_output
+from slm.models.gpt import GPT, GPTConfig, LMOutput, LossFn, ModelConfigError, lm_output
 
 
 def check_expert_ids(expert_ids: torch.Tensor, batch: int, n_experts: int) -> None:
@@ -45,10 +45,11 @@ class MixtureOfExperts(nn.Module):
         self.config, self.n_experts = cfg, n_experts
         self.experts = nn.ModuleList(GPT(cfg) for _ in range(n_experts))
 
-    def forward(self, idx: torch.Tensor, expert_ids: torch.Tensor, targets: torch.Tensor | None = None) -> LMOutput:
+    def forward(self, idx: torch.Tensor, expert_ids: torch.Tensor, targets: torch.Tensor | None = None,
+                objective: LossFn | None = None) -> LMOutput:
         check_expert_ids(expert_ids, idx.shape[0], self.n_experts)
         logits = routed_logits(lambda e, x: self.experts[e](x).logits, idx, expert_ids, self.config.vocab_size)
-        return lm_output(logits, targets)
+        return lm_output(logits, targets, objective)
 
     def instantiate(self, expert: int) -> GPT:
         if not 0 <= expert < self.n_experts:

@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 from torch.func import functional_call
 
-from slm.models.gpt import GPT, GPTConfig, LMOutput, ModelConfigError, init_std, lm_output
+from slm.models.gpt import GPT, GPTConfig, LMOutput, LossFn, ModelConfigError, init_std, lm_output
 from slm.models.mixture import check_expert_ids, routed_logits
 
 
@@ -72,13 +72,14 @@ class ProjectedNetwork(nn.Module):
             out[name] = torch.tensordot(coeffs, self.bank[key], dims=1)
         return out
 
-    def forward(self, idx: torch.Tensor, expert_ids: torch.Tensor, targets: torch.Tensor | None = None) -> LMOutput:
+    def forward(self, idx: torch.Tensor, expert_ids: torch.Tensor, targets: torch.Tensor | None = None,
+                objective: LossFn | None = None) -> LMOutput:
         check_expert_ids(expert_ids, idx.shape[0], self.n_experts)
 
         def run(expert: int, x: torch.Tensor) -> torch.Tensor:
             return functional_call(self.shared, self.expert_weights(expert), (x,), strict=False).logits
 
-        return lm_output(routed_logits(run, idx, expert_ids, self.config.vocab_size), targets)
+        return lm_output(routed_logits(run, idx, expert_ids, self.config.vocab_size), targets, objective)
 
     @torch.no_grad()
     def instantiate(self, expert: int) -> GPT:

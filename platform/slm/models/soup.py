@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 from torch.func import functional_call
 
-from slm.models.gpt import GPT, GPTConfig, LMOutput, ModelConfigError
+from slm.models.gpt import GPT, GPTConfig, LMOutput, LossFn, ModelConfigError
 
 
 def check_simplex(h: torch.Tensor, k: int, atol: float = 1e-4) -> None:
@@ -95,9 +95,10 @@ class SoupOfExperts(nn.Module):
         return {n: shared[n] + torch.tensordot(alpha, self.experts[n.replace(".", "__")], dims=1)
                 for n in self.mixed_names}
 
-    def forward(self, idx: torch.Tensor, h: torch.Tensor, targets: torch.Tensor | None = None) -> LMOutput:
+    def forward(self, idx: torch.Tensor, h: torch.Tensor, targets: torch.Tensor | None = None,
+                objective: LossFn | None = None) -> LMOutput:
         """One h for the whole batch: the batch is drawn from the mixture h describes."""
-        return functional_call(self.shared, self.merged(h), (idx, targets), strict=False)
+        return functional_call(self.shared, self.merged(h), (idx, targets, objective), strict=False)
 
     @torch.no_grad()
     def instantiate(self, h: torch.Tensor) -> GPT:

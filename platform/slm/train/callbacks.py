@@ -66,6 +66,7 @@ def is_logged_step(loop, metrics: dict) -> bool:
 
 # Our metric names → the tags trackers show: the conventions of TensorBoard, MLflow and W&B dashboards.
 TAGS = {"loss": "train/loss", "ce": "train/ce", "kd": "train/kd", "omega": "train/kd_weight", "lr": "train/lr",
+        "smoothed_ce": "train/smoothed_ce", "z_loss": "train/z_loss",
         "grad_norm": "train/grad_norm", "tokens_per_s": "perf/tokens_per_s", "mfu": "perf/mfu",
         "tokens": "progress/tokens", "flops": "progress/flops", "device_seconds": "progress/device_seconds"}
 EVAL_TAGS = {"perplexity": "ppl", "loss": "loss", "accuracy": "accuracy"}

@@ -9,7 +9,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from slm.config import NOT_HASHED, ConfigError, check_name
+from slm.config import HASHED_WHEN_SET, NOT_HASHED, ConfigError, check_name
 from slm.corpus.config import CorpusConfig
 from slm.data.config import (
     ClusterConfig,
@@ -105,6 +105,23 @@ class BudgetConfig:
 
 
 @dataclass
+class ObjectiveConfig:
+    """What a run optimizes besides the teacher's term (``slm.train.objectives.Objective``, the one place the loss
+    is computed): next-token cross-entropy, with label smoothing (the target's mass ``label_smoothing`` moved to
+    the uniform distribution over the vocabulary) and a z-loss (``z_loss``·log²Z, PaLM's stabilizer) when set.
+    Every run logs the plain cross-entropy as ``ce`` whatever it optimizes (``loss``)."""
+
+    label_smoothing: float = 0.0
+    z_loss: float = 0.0
+
+    def validate(self, prefix: str = "") -> None:
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"config key '{prefix}label_smoothing': must be in [0, 1), got {self.label_smoothing}")
+        if not (math.isfinite(self.z_loss) and self.z_loss >= 0):
+            raise ConfigError(f"config key '{prefix}z_loss': must be ≥ 0, got {self.z_loss}")
+
+
+@dataclass
 class TeacherConfig:
     """Knowledge distillation from a dense teacher checkpoint: distill (whole run) or SALT (first steps).
 
@@ -167,6 +184,8 @@ class TrainConfig:
     batch_size: int = 8  # sequences per worker per step
     seed: int = 0
     optim: OptimConfig = field(default_factory=OptimConfig)
+    # Added after runs were keyed: at its default (plain cross-entropy) a run's hash is what it was before.
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig, metadata=HASHED_WHEN_SET)
     budget: BudgetConfig = field(default_factory=lambda: BudgetConfig(steps=100))
     log_every: int = 10  # steps between metrics.jsonl / TensorBoard / progress lines (rank 0, local)
     # steps between ray.train.report of the metrics (Tune and the dashboard see these; 0: with checkpoints

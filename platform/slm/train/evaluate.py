@@ -17,6 +17,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from slm.models.gpt import token_logprobs
 from slm.train.data import PackedArrays
 
 
@@ -38,7 +39,7 @@ def evaluate(forward_for, valid: dict[str, PackedArrays], max_tokens: int, batch
             tokens = torch.from_numpy(tokens).to(device)
             logits = forward(tokens[:, :-1]).float()  # the softmax in float32 whatever the precision
             targets = tokens[:, 1:]
-            logp = torch.log_softmax(logits, dim=-1)
+            logp = token_logprobs(logits)  # the objective's log-probabilities (slm.models.gpt)
             row_loss = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1).double().sum(-1)
             sums[0] += row_loss.sum()
             sums[1] += (logits.argmax(-1) == targets).sum().double()

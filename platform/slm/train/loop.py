@@ -184,13 +184,14 @@ class TrainLoop:
             p.flops += module.flops_per_step + (module.teacher_flops_per_step if omega > 0 else 0.0)
             p.device_seconds = self.agreed_device_seconds(p.device_seconds + elapsed * self.world)
             self.finished = exhausted(budget, p) is not None
-            losses = self.mean_over_ranks([out.loss.item(), out.ce.item()]
-                                          + ([out.kd.item()] if out.kd is not None else []), cb.is_log_step(self))
+            losses = self.mean_over_ranks([out.loss.item(), out.ce.item(), *(t.item() for t in out.terms.values())],
+                                          cb.is_log_step(self))
             metrics = {"step": p.step, "loss": losses[0], "ce": losses[1], "lr": module.lr,
                        "grad_norm": out.grad_norm, "tokens": p.tokens, "flops": p.flops,
                        "device_seconds": p.device_seconds, "wall_time": time.time()}
-            if out.kd is not None:
-                metrics.update(kd=losses[2], omega=omega)
+            metrics.update(zip(out.terms, losses[2:], strict=True))  # each term of the objective by its name
+            if "kd" in out.terms:
+                metrics["omega"] = omega
             for c in self.callbacks:
                 c.on_step_end(self, metrics)
         if not self.finished:  # resumed after the last step: nothing left to train, still report

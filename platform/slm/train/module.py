@@ -25,7 +25,7 @@ from slm.train import hardware
 from slm.train.budget import dense_flops_per_token, horizon_steps
 from slm.train.data import PackedArrays
 from slm.train.evaluate import evaluate
-from slm.train.objectives import KDSchedule, distillation_loss
+from slm.train.objectives import KDSchedule, Objective
 from slm.train.spec import WorkerSpec
 from slm.train.strategies import DDPStrategy, DeepSpeedStrategy
 
@@ -35,8 +35,8 @@ log = logger(__name__)
 @dataclass
 class StepResult:
     loss: torch.Tensor  # what was optimized
-    ce: torch.Tensor  # its cross-entropy part
-    kd: torch.Tensor | None  # its KD part while a teacher is on
+    ce: torch.Tensor  # the plain next-token cross-entropy, whatever was optimized
+    terms: dict[str, torch.Tensor]  # the objective's other terms while on: smoothed_ce, z_loss, kd
     grad_norm: float
 
 
@@ -64,7 +64,9 @@ class TrainModule:
         teacher = spec.teacher
         self.teacher = None
         self.kd = KDSchedule(teacher.omega, teacher.kd_steps, teacher.transition)
-        self.temperature = teacher.temperature
+        # The loss, in one place: the configured objective as the method has it, the teacher's ρ for its KD term.
+        objective = self.method.objective(train.objective)
+        self.objective = Objective(objective.label_smoothing, objective.z_loss, teacher.temperature)
         if teacher.checkpoint:
             self.teacher = load_dense(teacher.checkpoint).eval().to(device)
             for p in self.teacher.parameters():
@@ -129,11 +131,11 @@ class TrainModule:
         tokens = self.batch(tokens)
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
         with contextlib.nullcontext() if self.strategy.autocasts else self.autocast():
-            out = self.method.forward(self.strategy.model, inputs, targets, self.batch(coarse), context)
-        loss, kd = out.loss, None
-        if omega > 0:  # KD in float32 on the bf16 logits (distillation_loss casts)
-            loss, kd = distillation_loss(out.loss, out.logits, self.teacher_logits(inputs), omega, self.temperature)
-        return StepResult(loss, out.loss, kd, self.strategy.step(loss))
+            out = self.method.forward(self.strategy.model, inputs, targets, self.batch(coarse), context,
+                                      self.objective.data)  # the loss in float32 whatever the logits' precision
+        # KD in float32 on the bf16 logits (kd_loss casts), outside the model's graph
+        losses = self.objective.with_teacher(out, self.teacher_logits(inputs) if omega > 0 else None, omega)
+        return StepResult(losses.loss, losses.ce, losses.terms, self.strategy.step(losses.loss))
 
     @property
     def lr(self) -> float:
