@@ -352,3 +352,27 @@ def test_one_key_set_in_a_loaded_config_is_typed_and_checked_like_the_loader_doe
         with_value(job, "pretrain.train.optim.lr", -1.0)
     with pytest.raises(ConfigError, match=r"'pretrain.train.numerics': 'exact' is not one of"):
         with_value(job, "pretrain.train.numerics", "exact")
+
+
+def test_a_field_added_with_a_neutral_default_leaves_keys_as_they_were():
+    """Issue 65: a setting added after runs were keyed (``HASHED_WHEN_SET``, e.g. ``train.objective``) changes no
+    finished run's key at its default, and makes a new run when set."""
+    from dataclasses import dataclass, field
+
+    from slm.config import HASHED_WHEN_SET, config_hash
+
+    @dataclass
+    class Before:
+        lr: float = 1e-3
+
+    @dataclass
+    class Extra:
+        z: float = 0.0
+
+    @dataclass
+    class After:
+        lr: float = 1e-3
+        extra: Extra = field(default_factory=Extra, metadata=HASHED_WHEN_SET)
+
+    assert config_hash(After()) == config_hash(Before())
+    assert config_hash(After(extra=Extra(z=0.1))) != config_hash(Before())
