@@ -26,6 +26,12 @@ from slm.runtime import RayConfig
 from slm.train.numerics import Numerics
 
 
+def cooldown_branches(snapshots, steps: int) -> tuple[int, ...]:
+    """The budgets a WSD run of ``steps`` trains as cooldown branches: each of its snapshot steps below its own
+    length (the rule the plan prices and the trainer trains: written once, here)."""
+    return tuple(sorted(b for b in set(snapshots) if b < steps))
+
+
 def decay_steps(decay_fraction: float, horizon: int) -> int:
     """Under wsd, how many of a ``horizon``-step run's last steps decay (at least one): what its cooldown
     branch trains beyond the trunk (the sweep's plan pays it per budget). Halves round up (``round`` would

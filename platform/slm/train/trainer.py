@@ -46,6 +46,7 @@ from slm.train.config import (
     TeacherConfig,
     TrainConfig,
     TrainJob,
+    cooldown_branches,
 )
 from slm.train.data import materialize, packed_arrays, valid_arrays
 from slm.train.hardware import worker_precision
@@ -289,7 +290,7 @@ def branched_budgets(p: PretrainConfig) -> list[int]:
             f"config key 'pretrain.snapshot_steps': under schedule wsd the budgets {early} would start their decay "
             f"(decay_fraction {optim.decay_fraction}) before the warm-up's {optim.warmup_steps} steps end; "
             f"raise them or lower pretrain.train.optim.warmup_steps")
-    return sorted(s for s in set(p.snapshot_steps) if s < horizon)
+    return list(cooldown_branches(p.snapshot_steps, horizon))
 
 
 def _branch(trunk: WorkerSpec, budget: int, output: TrainOutput, cfg: TrainJob, extra: dict) -> dict:

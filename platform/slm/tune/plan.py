@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from slm import methods
 from slm.config import ConfigError, config_hash
-from slm.train.config import decay_steps
+from slm.train.config import cooldown_branches, decay_steps
 from slm.tune.config import SweepConfig
 
 
@@ -262,8 +262,8 @@ class _Builder:
         self.trials: list[Trial] = []
 
     def run(self, run: PretrainRun) -> None:
-        if self.inputs.decay_fraction:  # as the trainer does: every snapshot below the run's length is a branch
-            branches = tuple(b for b in run.snapshots if b < run.steps)
+        if self.inputs.decay_fraction:  # under WSD each smaller budget is a cooldown branch, priced as it trains
+            branches = cooldown_branches(run.snapshots, run.steps)
             run = replace(run, branches=branches,
                           branch_steps=sum(decay_steps(self.inputs.decay_fraction, b) for b in branches))
         cost = (self.inputs.sizes[run.size].train_flops_per_token * self.inputs.pretrain_tokens_per_step
