@@ -21,8 +21,10 @@ def test_list_scheduling_waits_for_teachers_and_fills_free_slots():
 
 
 def test_the_replay_adds_what_each_run_and_trial_does(tmp_path):
+    # Snapshots of one cosine run (the quickstart trains WSD branches since issue 64: the test after this one).
     cfg = load_job(SPEC, [f"run.root={tmp_path}", "sweep.seeds=[0]", "sweep.methods=[generic]",
-                          "pretrain.train.eval_every=0", "pretrain.train.checkpoint_every=0"])
+                          "pretrain.train.eval_every=0", "pretrain.train.checkpoint_every=0",
+                          "pretrain.train.optim.schedule=cosine"])
     p = plan_sweep(cfg, check_data=False)
     rates = {"pretrain:generic:d2": Rate(step_s=1.0, eval_tokens_per_s=1000.0, setup_s=2.0, save_s=0.5),
              "specialize:d2": Rate(step_s=0.5, eval_tokens_per_s=2000.0, setup_s=1.0, save_s=0.25)}
@@ -37,6 +39,22 @@ def test_the_replay_adds_what_each_run_and_trial_does(tmp_path):
     assert e["total_s"] == pytest.approx(e["pretrain_s"] + e["trials_s"])
     # Two slots: the trials (all alike) take half the turns.
     assert estimate(cfg, p, rates, tune, slots=2)["trials_s"] == pytest.approx(10.0 + trial * len(p.trials) / 2)
+
+
+def test_the_replay_adds_each_cooldown_branch_as_a_run_of_its_own(tmp_path):
+    """The quickstart as shipped (issue 64): a WSD trunk of 80 steps and branches to 20 and 40, each branch its own
+    set-up, its decay's steps, an evaluation at its end, and two saves (its branch point and its model)."""
+    cfg = load_job(SPEC, [f"run.root={tmp_path}", "sweep.seeds=[0]", "sweep.methods=[generic]",
+                          "pretrain.train.eval_every=0", "pretrain.train.checkpoint_every=0"])
+    p = plan_sweep(cfg, check_data=False)
+    (run,) = p.runs
+    assert run.branches == (20, 40) and run.branch_steps == 4 + 8  # decay_fraction 0.2 of each budget
+    rates = {"pretrain:generic:d2": Rate(step_s=1.0, eval_tokens_per_s=1000.0, setup_s=2.0, save_s=0.5),
+             "specialize:d2": Rate(step_s=0.5, eval_tokens_per_s=2000.0, setup_s=1.0, save_s=0.25)}
+    e = estimate(cfg, p, rates, {"per_trial_s": 3.0, "per_wave_s": 10.0}, slots=1)
+    eval_s = cfg.pretrain.train.eval_tokens * len(e["valid_tokens"]) / 1000.0
+    evals, saves = 2 + len(run.branches), len(run.snapshots) + 1 + 2 * len(run.branches)
+    assert e["pretrain_s"] == pytest.approx(3 * 2.0 + (80 + 12) * 1.0 + evals * eval_s + saves * 0.5)
 
 
 @pytest.mark.slow  # ~3 minutes on 2 cores: the real loop per item in two processes, and Tune's no-op trials
