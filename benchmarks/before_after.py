@@ -132,7 +132,7 @@ def fit_threads(table: Path) -> dict:
     from threadpoolctl import threadpool_info
 
     from slm.analysis import curves, ladder
-    from slm.tune.table import read_table
+    from slm.records.table import read_table
 
     trials, shipped = read_table(table), curves.fit
     times: dict[str, list[float]] = {"library_threads": [], "one_thread": []}

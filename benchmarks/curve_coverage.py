@@ -43,7 +43,7 @@ def ladder_curves(folder: Path) -> dict[str, list]:
 
 def sweep_curves(folder: Path) -> dict[str, list]:
     from slm.analysis import ladder
-    from slm.tune.table import read_table
+    from slm.records.table import read_table
 
     return {f.name: list(f.fit.points) for f in ladder.families(read_table(folder))}
 

@@ -27,9 +27,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "platform"))
 
 from slm.methods import load_model  # noqa: E402
+from slm.records.plan import Plan
 from slm.train.data import PackedArrays, materialize  # noqa: E402
 from slm.train.evaluate import sample_rows  # noqa: E402
-from slm.tune.plan import Plan  # noqa: E402
 
 
 @torch.no_grad()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from slm.analysis import tuning
 from slm.artifacts import atomic_write_json, atomic_write_text
-from slm.tune.table import read_curves, read_table
+from slm.records.table import read_curves, read_table
 
 PRETRAIN_AXIS, SPECIALIZE_AXIS = "pretrain.train.optim.lr", "specialize.train.optim.lr"
 

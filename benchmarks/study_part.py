@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 from slm.artifacts import atomic_write_json
+from slm.records.table import SWEEP_TABLES
 from slm.runtime import cpu_flags, cpu_model
-from slm.tune.table import SWEEP_TABLES
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "jobs" / "sweeps" / "study.yaml"

@@ -17,7 +17,7 @@ import pytest
 
 from slm.analysis.claims import Design, evaluate, markdown
 from slm.analysis.report import read_plan, report_tables
-from slm.tune.table import read_curves, read_table
+from slm.records.table import read_curves, read_table
 
 RESULTS = Path(__file__).parents[1] / "benchmarks" / "results"
 STUDY, REPORT = RESULTS / "study", RESULTS / "study_report"

@@ -33,9 +33,9 @@ from slm.corpus.layout import domain_dir
 from slm.data.pack import pack_texts
 from slm.export import EXPORT_RECORD, HF_CONFIG, Refusal, export_hf, load_exportable
 from slm.log import logger
+from slm.records.table import add_columns, read_table
 from slm.train.data import PackedArrays
 from slm.train.evaluate import evaluate
-from slm.tune.table import add_columns, read_table
 
 log = logger(__name__)
 
@@ -131,7 +131,7 @@ def platform_perplexity(hf_dir: Path, documents: list[str], batch_size: int = 8)
 def eval_sweep(sweep: str | Path, domain: str, corpus_dir: str | Path, limit: int | None = None,
                tokenizer: str | Path | None = None) -> dict:
     """Every specialized model of a sweep's results table for ``domain`` through the harness, its
-    numbers added to the table as columns ``lm_eval_<metric>`` (``slm.tune.table.add_columns``)."""
+    numbers added to the table as columns ``lm_eval_<metric>`` (``slm.records.table.add_columns``)."""
     sweep = Path(sweep)
     trials = sorted(r["trial"] for r in read_table(sweep) if r["domain"] == domain)
     if not trials:

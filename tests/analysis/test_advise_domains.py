@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from slm.analysis.advise import advise, advise_each, format_advice, format_each
-from slm.tune.table import read_table
+from slm.records.table import read_table
 
 STUDY2 = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "study2_report"
 ASK = dict(pretrain_budget=5e13, specialization_budget=5e13, inference_budget=3e5, domain_tokens=25000, domains=1)

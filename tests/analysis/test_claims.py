@@ -29,7 +29,7 @@ from slm.analysis.claims import (
 )
 from slm.analysis.results import MEANS
 from slm.job import load_job
-from slm.tune.plan import Setting
+from slm.records.plan import Setting
 from slm.tune.sweep import plan_sweep
 
 PRETRAIN = [100, 300, 500]  # 300 = 0.6 × 500: C3's reach is planned

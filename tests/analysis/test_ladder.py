@@ -14,7 +14,7 @@ from scipy.optimize import brentq
 from slm.analysis import curves, ladder
 from slm.analysis.advise import advise, format_advice
 from slm.analysis.report import _fitted_figure, curve_lines
-from slm.tune.table import read_table
+from slm.records.table import read_table
 
 BUDGETS = [1e12, 2e12, 4e12, 8e12, 16e12, 32e12]  # pretraining FLOPs
 TRUE = {"generic": curves.Params(E=3.0, A=0.5, alpha=0.5, x0=4e12),  # log-perplexity against pretraining FLOPs

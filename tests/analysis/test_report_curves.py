@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from slm.analysis.report import SATURATED, report, saturation
-from slm.tune.table import SWEEP_TABLES, read_curves
+from slm.records.table import SWEEP_TABLES, read_curves
 from tests.analysis.test_report_tables import RESULTS_STUDY, part
 
 

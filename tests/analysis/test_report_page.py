@@ -12,7 +12,7 @@ import pytest
 from slm.analysis.report import report
 from slm.analysis.results import aggregate
 from slm.browser import chromium
-from slm.tune.table import read_table
+from slm.records.table import read_table
 from tests.analysis.test_report_tables import part
 
 

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from slm.analysis.report import CombineError, report, report_tables
-from slm.tune.table import SWEEP_TABLES, read_table, write_curve_rows, write_table
+from slm.records.table import SWEEP_TABLES, read_table, write_curve_rows, write_table
 
 SOURCE = Path(__file__).parents[2] / "benchmarks" / "results" / "quickstart_issue28"
 RESULTS_STUDY = SOURCE.parent / "study"

@@ -84,7 +84,7 @@ def test_slm_rate_proposes_a_rate_only_where_the_optimum_carried(tmp_path, slm_c
     """A transfer sweep's tables as the sweep writes them (a plan with the axes, a curves table): under µP every
     size's optimum is the base's, so `slm rate` proposes it, labelled an extrapolation beyond the measured sizes;
     under the standard parametrization the optimum halves with each doubling of the width, so it proposes none."""
-    from slm.tune.table import write_curve_rows
+    from slm.records.table import write_curve_rows
 
     sizes = {"d1": 0, "d1w128": 1, "d1w256": 2, "d2w64": 0}  # standard: the optimum's steps down from d1's
     runs, curves = [], []

@@ -158,7 +158,7 @@ def test_slm_eval_puts_the_harness_numbers_into_a_sweeps_table(run_with_model, c
     import shutil
 
     from slm.analysis.results import aggregate
-    from slm.tune.table import COLUMNS, read_table, write_table
+    from slm.records.table import COLUMNS, read_table, write_table
 
     run, _ = run_with_model
     sweep = run / "sweeps" / "s"

@@ -16,7 +16,7 @@ import pytest
 
 from slm.config import ConfigError
 from slm.job import load_job
-from slm.tune.plan import Plan
+from slm.records.plan import Plan
 from slm.tune.sweep import plan_sweep, run_config, trial_config
 from tests.conftest import noise, train_overrides
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow.csv as pacsv
 
-from slm.tune.table import write_mlflow
+from slm.tune.tracking import write_mlflow
 from tests.analysis.test_report_tables import SOURCE
 
 

@@ -11,8 +11,9 @@ from dataclasses import FrozenInstanceError, replace
 import pytest
 
 from slm.config import ConfigError
+from slm.records.plan import Plan, SizeCost
 from slm.tune.config import SweepConfig
-from slm.tune.plan import Plan, PlanInputs, SizeCost, SweepSpecError, format_plan, make_plan
+from slm.tune.plan import PlanInputs, SweepSpecError, format_plan, make_plan
 
 INPUTS = PlanInputs(domains=("legal", "medical"),
                     sizes={"d1": SizeCost(6.0, 2.0), "d2": SizeCost(18.0, 6.0)},

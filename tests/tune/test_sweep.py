@@ -25,7 +25,7 @@ from slm.artifacts import atomic_write_text
 from slm.config import ConfigError, dump_yaml
 from slm.job import load_job
 from slm.layout import RunLayout
-from slm.tune.plan import PretrainRun, Trial
+from slm.records.plan import PretrainRun, Trial
 from slm.tune.sweep import SweepSpecError, plan_sweep
 from tests.conftest import REPO, noise, train_overrides
 
@@ -249,9 +249,9 @@ def test_seeds_fold_into_means_with_intervals_and_ties_are_called():
     assert tied["test"] == "paired t" and tied["difference"] == pytest.approx(1.0) and tied["se"] == pytest.approx(2 / 3 ** 0.5)
     assert a["answer"]["margin"]["trial"] == "a"  # the margin: over the best setting outside the tie
     text = format_advice(a)
-    assert text.startswith("A tie at these budgets: SLM-is (CRISP) at size d2 has the lowest mean perplexity, within "
+    assert text.startswith("A tie on legal at these budgets: SLM-is (CRISP) at size d2 has the lowest mean perplexity, within "
                            "noise of Soup-of-Experts at size d2 (1.00 ppl behind, 95% interval -3.97 to 5.97 (paired t))")
-    assert "Margin over the best setting outside the tie: generic at size d2 (a), 6.00 ppl behind" in text
+    assert "Margin on legal over the best setting outside the tie: generic at size d2 (a), 6.00 ppl behind" in text
     assert "24.00 [21.52, 26.48] (n=3)" in text
     # d (20) vs c (24): another in-domain data size, so Welch's t: 4.0 ± 0.816 (t = 4.9 on 4 df), a winner
     a = advise(table, **ASK)
@@ -283,7 +283,7 @@ def test_the_table_is_a_tensorboard_hparams_experiment(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    from slm.tune.table import write_hparams
+    from slm.tune.tracking import write_hparams
 
     rows = [{**r, "perplexity_before": 100.0, "specialize_flops": 1.0, "pretrain_flops": 2.0} for r in trials(ROWS, seed=0)]
     for _ in range(2):

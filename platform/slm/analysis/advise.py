@@ -34,7 +34,7 @@ from slm.analysis import ladder
 from slm.analysis.results import aggregate, compare, menu, ppl
 from slm.analysis.stats import separable
 from slm.methods import display
-from slm.tune.table import read_table
+from slm.records.table import read_table
 
 
 def _cost(r: dict, what: str, unit: str) -> float:

@@ -52,7 +52,7 @@ from slm.analysis.results import total_flops
 from slm.analysis.stats import ALPHA, Difference
 from slm.artifacts import atomic_write_text
 from slm.methods import BASELINE, SLM_IS, SLM_MIX, SLM_PN, SOUP
-from slm.tune.plan import Plan, Setting, seed_suffix
+from slm.records.plan import Plan, Setting, seed_suffix
 
 Expectation = Literal["lower", "not lower", "not higher", "tie"]
 Verdict = Literal["holds", "does not hold", "inconclusive"]
@@ -97,7 +97,7 @@ class Design:
 
     @classmethod
     def of(cls, plan: Plan) -> Design:
-        """From a sweep's plan (``slm.tune.plan``; its ``plan.json`` through ``Plan.from_json``)."""
+        """From a sweep's plan (``slm.records.plan``; its ``plan.json`` through ``Plan.from_json``)."""
         settings: dict[str, Setting] = {}
         seeds: list[int | None] = []
         for t in plan.trials:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from slm import methods
 from slm.analysis import curves
 from slm.analysis.results import menu
-from slm.tune.table import finite
+from slm.records.table import finite
 
 FAMILY = ("method", "size", "domain", "domain_tokens", "specialize_steps")
 

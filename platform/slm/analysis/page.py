@@ -21,8 +21,8 @@ from slm.analysis.advise import advise
 from slm.analysis.results import total_flops
 from slm.analysis.stats import half_width
 from slm.artifacts import atomic_write_text
-from slm.tune.plan import Plan
-from slm.tune.table import finite
+from slm.records.plan import Plan
+from slm.records.table import finite
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }

@@ -27,7 +27,7 @@ import numpy as np
 
 from slm.analysis import stats
 from slm.analysis.claims import Claim, Comparison, Design, evaluate, judge, settle
-from slm.tune.plan import Plan
+from slm.records.plan import Plan
 
 TARGET = 0.8  # the power a design is sized for
 SEED_LADDER = (3, 4, 5, 6, 8, 10, 12, 15, 20, 30)
@@ -201,7 +201,7 @@ def format_power_of(result: dict) -> str:
 def power_from(table_folder: str | Path, plan: Plan, tables: int = 400) -> dict:
     """``--noise-from TABLE``: the noise of the sweep folder ``TABLE`` (results and plan), the power of ``plan``."""
     from slm.analysis.report import read_plan
-    from slm.tune.table import read_curves, read_table
+    from slm.records.table import read_curves, read_table
 
     folder = Path(table_folder)
     noises = measured_noise(read_table(folder), read_plan(folder), read_curves(folder))

@@ -41,8 +41,8 @@ from slm.analysis.report import _tokens_per_step, fitted_saturation, pareto, rea
 from slm.analysis.results import aggregate, menu, total_flops
 from slm.analysis.stats import ALPHA
 from slm.methods import BASELINE
+from slm.records.table import read_curves, read_table
 from slm.train.config import decay_steps
-from slm.tune.table import read_curves, read_table
 
 BEGIN = re.compile(r"<!-- quote (?P<template>\S+) .*?-->\n")
 END = "<!-- end quote -->"

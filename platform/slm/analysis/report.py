@@ -42,8 +42,8 @@ from slm.analysis.results import aggregate, compare, menu, ppl, total_flops
 from slm.analysis.stats import half_width, mean_interval, separable
 from slm.artifacts import atomic_path, atomic_write_json, atomic_write_text
 from slm.log import logger
-from slm.tune.plan import DataFingerprint, Plan, axis_labels, axis_suffix, seed_suffix
-from slm.tune.table import finite, read_curves, read_table, write_curve_rows, write_table
+from slm.records.plan import DataFingerprint, Plan, axis_labels, axis_suffix, seed_suffix
+from slm.records.table import finite, read_curves, read_table, write_curve_rows, write_table
 
 log = logger(__name__)
 

@@ -1,4 +1,4 @@
-"""A sweep's results table (``slm.tune.table``: one row per trial, one setting at one seed) folded over
+"""A sweep's results table (``slm.records.table``: one row per trial, one setting at one seed) folded over
 seeds into one row per setting with the mean and its standard error.
 
 Two folded settings differ by ``compare(a, b, trials)``: a paired t over their seeds where the seed pairs
@@ -18,7 +18,7 @@ import math
 import statistics
 
 from slm.analysis.stats import Difference, half_width, paired, welch_from_summary
-from slm.tune.table import axis_columns, finite
+from slm.records.table import axis_columns, finite
 
 # Averaged over a setting's seeds (FLOPs are equal across seeds; device-seconds are not).
 MEANS = ["pretrain_flops", "pretrain_device_seconds", "generic_flops", "generic_device_seconds", "specialize_flops",

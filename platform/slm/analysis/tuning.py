@@ -242,7 +242,7 @@ def rate_from_tables(tables: str | Path, size: str, parametrization: str,
     its longest proxy budget, and ``propose_rate``'s answer for ``size``."""
     import json
 
-    from slm.tune.table import read_curves
+    from slm.records.table import read_curves
 
     tables = Path(tables)
     plan = json.loads((tables / "plan.json").read_text())

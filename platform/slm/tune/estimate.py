@@ -33,10 +33,10 @@ import numpy as np
 from slm import methods
 from slm.layout import RunLayout, TrainOutput
 from slm.models.config import size_config
+from slm.records.plan import Plan
 from slm.train.config import BudgetConfig, TrainConfig
 from slm.train.trainer import gpt_config
 from slm.tune.config import SweepJob
-from slm.tune.plan import Plan
 
 PROBE_STEPS = 12  # steps timed per item, after WARMUP_STEPS (compiled runs compile in those)
 WARMUP_STEPS = 3

@@ -56,6 +56,8 @@ from slm.log import logger
 from slm.models.config import size_config
 from slm.models.gpt import ModelConfigError
 from slm.progress import Progress
+from slm.records.plan import DataFingerprint, Plan, PretrainRun, SizeCost, Trial
+from slm.records.table import row, write_curves, write_table
 from slm.runtime import init_ray
 from slm.train.budget import dense_flops_per_token
 from slm.train.config import BudgetConfig
@@ -64,20 +66,8 @@ from slm.train.hardware import planning_peak
 from slm.train.numerics import kernels, pinned_environment
 from slm.train.trainer import gpt_config, pretrain, pretrain_data, specialize, tracked
 from slm.tune.config import SweepJob
-from slm.tune.plan import (
-    DataFingerprint,
-    Plan,
-    PlanInputs,
-    PretrainRun,
-    SizeCost,
-    SweepSpecError,
-    Trial,
-    check_spec,
-    compared_methods,
-    format_plan,
-    make_plan,
-)
-from slm.tune.table import row, write_curves, write_hparams, write_mlflow, write_table
+from slm.tune.plan import PlanInputs, SweepSpecError, check_spec, compared_methods, format_plan, make_plan
+from slm.tune.tracking import write_hparams, write_mlflow
 
 log = logger(__name__)
 
