@@ -31,6 +31,7 @@ def test_the_quoted_docs_have_blocks():
     """The verdict sections are generated, not typed: the check above covers them."""
     for doc, template in (("docs/results.md", "docs/quotes/study2_verdicts.md.j2"),
                           ("docs/results.md", "docs/quotes/study_verdicts.md.j2"),
+                          ("docs/results.md", "docs/quotes/d2_split.md.j2"),
                           ("README.md", "docs/quotes/readme_study.md.j2")):
         text = (ROOT / doc).read_text()
         assert template in [b.template for b in quote.blocks(ROOT / doc, text)], doc

@@ -92,6 +92,11 @@ def count(n: float) -> str:
     return f"{n:,.0f}"
 
 
+def by_step(curve: dict) -> list[tuple[int, float]]:
+    """A curve as a JSON object keyed by step (``{"170": 4.99, …}``) in step order (the keys are strings)."""
+    return sorted((int(k), v) for k, v in curve.items())
+
+
 def display(method: str) -> str:
     """A method as the papers name it: ``SLM-pn``."""
     from slm import methods
@@ -99,7 +104,7 @@ def display(method: str) -> str:
     return methods.display(method)[0]
 
 
-FILTERS = {"signed": signed, "num": num, "pct": pct, "pvalue": pvalue, "sci": sci, "count": count, "display": display}
+FILTERS = {"signed": signed, "num": num, "pct": pct, "pvalue": pvalue, "sci": sci, "count": count, "display": display, "by_step": by_step}
 
 
 # ------------------------------------------------------------------------------------------ comparisons
