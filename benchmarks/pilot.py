@@ -81,7 +81,7 @@ def main() -> None:
     from slm.corpus.layout import corpus_files
     from slm.data.pack import pack
     from slm.job import load_job
-    from slm.pipeline import STAGES
+    from slm.stages import STAGES
 
     run_dir = Path(args.run_dir).resolve()
     common = [f"run.root={run_dir.parent}", f"run.name={run_dir.name}", f"corpus.dir={args.corpus}",
@@ -97,11 +97,11 @@ def main() -> None:
             raise SystemExit(f"pilot --in-process: {missing[0]} is not made; run the pilot once without it")
     else:
         ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-        STAGES["tokenizer"](cfg, run_dir)  # skipped when complete and current
+        STAGES.get("tokenizer")(cfg, run_dir)  # skipped when complete and current
         if not (text / "manifest.json").exists():
             pack(corpus_files(args.corpus)["all"], run_dir / "tokenizer" / "tokenizer.json", args.seq_len, text)
         if not (run_dir / "packed" / "valid").exists():
-            STAGES["pack"](cfg, run_dir)
+            STAGES.get("pack")(cfg, run_dir)
     data_seconds = time.perf_counter() - started
     generic = json.loads((text / "manifest.json").read_text())
 
@@ -146,11 +146,11 @@ def main() -> None:
     order = sorted(jobs, key=lambda key: -jobs[key].pretrain.train.budget.steps)
     if args.in_process:  # one after another in this process, beside a pilot already running on this machine
         for key in order:
-            STAGES["pretrain"](jobs[key], run_dir)
+            STAGES.get("pretrain")(jobs[key], run_dir)
             if args.schedule == "wsd" and args.out_dir:
                 write_seed(Path(args.out_dir), key, jobs[key], run_dir, protocol, data_seconds)
         return
-    task = ray.remote(STAGES["pretrain"]).options(num_cpus=args.threads, max_retries=0)
+    task = ray.remote(STAGES.get("pretrain").run).options(num_cpus=args.threads, max_retries=0)
     refs = {task.remote(jobs[key], run_dir): key for key in order}
     pending = list(refs)
     while pending:

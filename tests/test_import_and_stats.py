@@ -339,7 +339,8 @@ def test_a_domain_imported_into_the_bundled_corpus_goes_through_a_job_that_build
     keeps the imports when its bundled part is current, and the check knows them."""
     from slm.corpus.build import build
     from slm.job import load_job
-    from slm.pipeline import check_domains, stage_corpus
+    from slm.pipeline import check_domains
+    from slm.stages import STAGES
 
     corpus = tmp_path / "corpus"
     shutil.copytree(corpus_dir, corpus, ignore=shutil.ignore_patterns(".staging"))
@@ -352,7 +353,7 @@ def test_a_domain_imported_into_the_bundled_corpus_goes_through_a_job_that_build
     assert "corpus" in cfg.stages
     check_domains(cfg)  # accepted: it was imported
     before = {p.relative_to(corpus): p.read_bytes() for p in (corpus / "domains" / "mydomain").rglob("*.parquet")}
-    result = stage_corpus(cfg, tmp_path)
+    result = STAGES.get("corpus")(cfg, tmp_path)
     assert "mydomain" in result["domains"] and result["imported"] == ["mydomain"]
     assert "with the imported mydomain kept; nothing to do" in capsys.readouterr().out
     assert {p.relative_to(corpus): p.read_bytes() for p in (corpus / "domains" / "mydomain").rglob("*.parquet")} == before

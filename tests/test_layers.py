@@ -27,7 +27,7 @@ LAYERS = [
     ["slm.records"],  # a sweep's plan and results schema: shared by the running side (tune) and the reading side
     ["slm.tune"],
     ["slm.analysis"],
-    ["slm.job", "slm.pipeline", "slm.export", "slm.harness", "slm.cli", "slm.__main__"],
+    ["slm.job", "slm.stages", "slm.pipeline", "slm.export", "slm.harness", "slm.cli", "slm.__main__"],
 ]
 
 

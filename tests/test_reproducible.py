@@ -19,7 +19,7 @@ import pytest
 from safetensors.torch import load_file
 
 from slm.job import load_job
-from slm.pipeline import STAGES
+from slm.stages import STAGES
 from tests.conftest import logged_rows, train_overrides
 
 pytestmark = pytest.mark.ray
@@ -86,13 +86,13 @@ def test_the_pipeline_and_training_run_twice_give_the_same_results(train_run, tm
                                            "resample.tokens=20000"))
     assert again.run.dir != train_run.run.dir
     for stage in DATA_STAGES:
-        STAGES[stage](again, again.run.dir)
+        STAGES.get(stage)(again, again.run.dir)
     assert_same_data(train_run.run.dir, again.run.dir)
 
     runs = []
     for cfg in (load_job(None, train_overrides(train_run, *TRAINING)), load_job(None, train_overrides(again, *TRAINING))):
-        STAGES["pretrain"](cfg, cfg.run.dir)
-        STAGES["specialize"](cfg, cfg.run.dir)
+        STAGES.get("pretrain")(cfg, cfg.run.dir)
+        STAGES.get("specialize")(cfg, cfg.run.dir)
         runs.append((trained(cfg.run.dir, "checkpoints/repro"), trained(cfg.run.dir, "specialized/legal/repro")))
     for (rows_a, summary_a, weights_a), (rows_b, summary_b, weights_b) in zip(*runs, strict=True):
         assert rows_a == rows_b and len(rows_a) >= 2

@@ -1,11 +1,10 @@
-"""Jobs: a job spec names stages; each stage is a function of (the job config, the run directory).
+"""Jobs: a job spec names stages (``slm.stages``, one module each); this runs them.
 
-``slm run jobs/X.yaml`` resolves the config, writes it to ``<run dir>/config.yaml`` and runs the
-stages in order. Every stage is idempotent: its outputs carry a manifest, and a stage whose outputs
-are complete and current is skipped, so a job that died is simply run again.
-
-Each stage imports its own module when it runs: a job pays only for its stages' dependencies (Ray
-Data, torch, Ray Train and Tune, scikit-learn, matplotlib: seconds to import together).
+``slm run jobs/X.yaml`` checks the job before anything runs (its stages, methods, domains, loggers), resolves
+the config, writes it to ``<run dir>/config.yaml`` and runs the stages in order, holding the run directory's
+lock. Every stage is idempotent: its outputs carry a manifest, and a stage whose outputs are complete and
+current is skipped, so a job that died is simply run again. Nothing here knows a stage by name: what the
+checks need of one, the stage says (``slm.stages.Stage``).
 """
 
 from __future__ import annotations
@@ -14,241 +13,22 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from slm.artifacts import (
     atomic_write_json,
     atomic_write_text,
-    is_complete,
-    remake,
     run_lock,
-    verify,
-    write_manifest,
 )
 from slm.config import ConfigError, dump_yaml
-from slm.corpus.config import BUNDLED_DOMAINS
-from slm.corpus.layout import GENERIC
 from slm.corpus.layout import domains as corpus_domains
 from slm.job import JobConfig
-from slm.layout import MissingInputError, RunLayout, require
+from slm.layout import RunLayout
 from slm.log import logger
-from slm.runtime import JOB_NAME_ENV, PeakMemory, init_ray, shutdown_ray
+from slm.runtime import JOB_NAME_ENV, PeakMemory, shutdown_ray
+from slm.stages import STAGES
 
 log = logger(__name__)
-
-Stage = Callable[[JobConfig, Path], dict]
-
-
-def stage_corpus(cfg: JobConfig, run_dir: Path) -> dict:
-    """Fetch and build the bundled corpus into ``corpus.dir`` (skipped when complete and current)."""
-    from slm.corpus.build import build
-
-    manifest = build(cfg.corpus)
-    imported = manifest.get("imports") or {}
-    return {"corpus_dir": cfg.corpus.dir, "generic_documents": manifest.get("generic", {}).get("documents"),
-            "domains": sorted({*manifest.get("domains", {}), *(r for r in imported if r != GENERIC)}),
-            "imported": sorted(imported)}
-
-
-def stage_stats(cfg: JobConfig, run_dir: Path) -> dict:
-    """Per-source document and token counts of ``corpus.dir``, computed on Ray Data (skipped when complete
-    and current: the same settings, corpus files and tokenizer file)."""
-    from slm.corpus.layout import verify_corpus
-    from slm.data.stats import corpus_stats, format_table, stats_key
-
-    out = RunLayout.of(cfg).stats
-    key = stats_key(cfg.corpus.dir, cfg.stats)
-    if is_complete(out, key):
-        verify_corpus(cfg.corpus.dir)  # the corpus as its manifest records it (corpus_stats checks it otherwise)
-        verify(out, remake(out, "stats"))
-        rows = json.loads((out / "stats.json").read_text())
-        log.info(f"[stats] complete and current in {out}, skipped")
-    else:
-        init_ray(cfg.ray)
-        started = time.perf_counter()
-        rows = corpus_stats(cfg.corpus.dir, cfg.stats.tokenizer, cfg.stats.batch_size)
-        atomic_write_json(out / "stats.json", rows)
-        write_manifest(out, {"stage": "stats", "config_hash": key,
-                             "corpus_dir": str(Path(cfg.corpus.dir).expanduser().resolve()),
-                             "rows": len(rows), "documents": sum(r["documents"] for r in rows),
-                             "tokens": sum(r["tokens"] for r in rows),
-                             "seconds": round(time.perf_counter() - started, 1)})
-    log.info(format_table(rows))
-    return {"rows": len(rows), "tokens": sum(r["tokens"] for r in rows), "stats": str(out / "stats.json")}
-
-
-def embed_dir(cfg: JobConfig) -> Path:
-    from slm.data.embed import default_output
-
-    return Path(cfg.embed.output or default_output(Path(cfg.corpus.dir).expanduser(), cfg.embed)).expanduser()
-
-
-def stage_embed(cfg: JobConfig, run_dir: Path) -> dict:
-    """Window and embed the corpus (generic + domain train splits) on a Ray Data actor pool."""
-    from slm.data.embed import embed_corpus
-
-    init_ray(cfg.ray)
-    m = embed_corpus(cfg.corpus.dir, cfg.embed, embed_dir(cfg))
-    return {"output": str(embed_dir(cfg)), "documents": m["documents"], "windows": m["windows"]}
-
-
-def stage_cluster(cfg: JobConfig, run_dir: Path) -> dict:
-    """k-means of the generic windows, or the pinned assignments of ``cluster.assignments``; every window
-    assigned to its coarse cluster and leaf; written to ``cluster.pin`` as pinned assignments if set."""
-    from slm.data.cluster import cluster
-    from slm.data.embed import resolve_dtype
-    from slm.data.pinned import cluster_pinned, machine, write_pinned
-
-    init_ray(cfg.ray)
-    out = RunLayout.of(cfg).clusters
-    if cfg.cluster.assignments:
-        m = cluster_pinned(cfg.corpus.dir, cfg.cluster, cfg.embed, out)
-        result = {"output": str(out), "found": m["found"], "embedded": m["embedded"]}
-    else:
-        m = cluster(require(embed_dir(cfg), "embed"), cfg.cluster, out)
-        result = {"output": str(out), "sample_windows": m["sample_windows"]}
-    if cfg.cluster.pin:
-        made_with = {"run": str(run_dir), "embed": {"fraction": cfg.embed.fraction, "splits": cfg.embed.splits,
-                                                     "domains": cfg.embed.domains,
-                                                     "dtype": resolve_dtype(cfg.embed.dtype, cfg.embed.device)},
-                     "from": cfg.cluster.assignments or "fitted", "machine": machine(), "stage_seconds": m["seconds"]}
-        header = write_pinned(out, cfg.cluster.pin, cfg.cluster, cfg.embed, made_with)
-        result |= {"pinned_to": cfg.cluster.pin, "pinned_fingerprint": header["fingerprint"]}
-    return result
-
-
-def stage_histogram(cfg: JobConfig, run_dir: Path) -> dict:
-    """Each domain's smoothed cluster histogram, its entropy and its KL to generic."""
-    from slm.data.histogram import write_histograms
-
-    layout = RunLayout.of(cfg)
-    result = write_histograms(require(layout.clusters_json, "cluster").parent, cfg.histogram.alpha,
-                              layout.histograms, cfg.histogram.domains or None)
-    left_out = sorted(set(corpus_domains(cfg.corpus.dir)) - set(result["domains"]))
-    if left_out:  # not an error (a job may embed some domains only), but never silent
-        log.info(f"[histogram] corpus domains with no embedded windows, so no histogram: {left_out} "
-                 f"(embed.domains={cfg.embed.domains or 'every domain'})")
-    return {d: {"entropy": h["entropy"], "kl_to_generic": h["kl_to_generic"]} for d, h in result["domains"].items()}
-
-
-def subset_methods(cfg: JobConfig) -> list[str]:
-    """``resample.methods``, or every registered subset method (``slm.data.resample.SUBSETS``)."""
-    from slm.data.resample import SUBSETS
-
-    return list(cfg.resample.methods) or list(SUBSETS)
-
-
-def stage_resample(cfg: JobConfig, run_dir: Path) -> dict:
-    """Generic subsets aimed at each of ``resample.domains`` (``resample.domain``), one per method, with
-    their KL to the domain."""
-    from slm.data.resample import resample
-
-    init_ray(cfg.ray)
-    layout = RunLayout.of(cfg)
-    histograms = json.loads(require(layout.histograms_json, "histogram").read_text())
-    out = {}
-    for domain in cfg.resample.all_domains:
-        for method in subset_methods(cfg):
-            m = resample(layout.clusters, histograms, domain, cfg.resample.tokens, method,
-                         layout.resampled(domain, method), cfg.resample.seed,
-                         corpus_dir=cfg.corpus.dir, embed=cfg.embed, dsir_min_words=cfg.resample.dsir_min_words)
-            out[f"{domain}/{method}"] = {"tokens_drawn": m["tokens_drawn"],
-                                         "kl_resampled_to_domain": m["kl_resampled_to_domain"]}
-    return out
-
-
-def stage_tokenizer(cfg: JobConfig, run_dir: Path) -> dict:
-    """Train the byte-level BPE on the generic corpus."""
-    from slm.data.bpe import train_bpe
-
-    layout = RunLayout.of(cfg)
-    m = train_bpe(cfg.corpus.dir, layout.tokenizer, cfg.tokenizer.vocab_size, cfg.tokenizer.max_chars or None)
-    return {"tokenizer": str(layout.tokenizer_json), "vocab_size": m["vocab_size"]}
-
-
-def stage_pack(cfg: JobConfig, run_dir: Path) -> dict:
-    """Tokenize and pack the requested sets into sequences that keep their cluster ids."""
-    from slm.corpus.layout import domain_dir
-    from slm.data.pack import pack
-
-    init_ray(cfg.ray)
-    layout = RunLayout.of(cfg)
-    tokenizer = require(layout.tokenizer_json, "tokenizer")
-    jobs = []
-    if {GENERIC, "domain"} & set(cfg.pack.sets):  # the valid and resampled sets do not read them
-        assignments = require(layout.assignments, "cluster")
-    if GENERIC in cfg.pack.sets:  # the generic corpus's set
-        jobs.append((GENERIC, assignments, GENERIC))
-    for domain in cfg.resample.all_domains:
-        if "domain" in cfg.pack.sets:
-            jobs.append((f"domain/{domain}", assignments, domain))
-        if "resampled" in cfg.pack.sets:
-            for method in subset_methods(cfg):
-                data = require(layout.resampled(domain, method) / "data", "resample")
-                jobs.append((f"resampled/{domain}/{method}", data, None))
-    if "valid" in cfg.pack.sets:
-        # Every domain the job evaluates: the corpus's and those it resamples for (a new domain too).
-        for d in dict.fromkeys([*cfg.corpus.domains, *cfg.resample.all_domains]):
-            files = sorted(str(f) for f in domain_dir(cfg.corpus.dir, d, "valid").glob("*.parquet"))
-            if not files:
-                raise MissingInputError(f"{domain_dir(cfg.corpus.dir, d, 'valid')} holds no Parquet shards: "
-                                        f"domain {d!r} has no valid split (corpus.domains)")
-            jobs.append((f"valid/{d}", files, None))
-    out = {}
-    for name, source, domain in jobs:
-        m = pack(source, tokenizer, cfg.pack.seq_len, layout.packed(name), domain)
-        out[name] = {"sequences": m["sequences"], "tokens": m["tokens"]}
-        log.info(f"[pack] {name}: {m['sequences']} sequences of {cfg.pack.seq_len + 1} tokens")
-    return out
-
-
-def stage_pretrain(cfg: JobConfig, run_dir: Path) -> dict:
-    """Pretrain ``pretrain.method`` at ``pretrain.model``'s size within ``pretrain.train.budget`` on Ray Train."""
-    from slm.train.trainer import pretrain
-
-    return pretrain(cfg)  # the manifest: costs, evaluation, where the model is
-
-
-def stage_specialize(cfg: JobConfig, run_dir: Path) -> dict:
-    """Instantiate a pretrained model for a domain, fine-tune it on ``specialize.domain_tokens``, evaluate."""
-    from slm.train.trainer import specialize
-
-    return specialize(cfg)
-
-
-def stage_sweep(cfg: JobConfig, run_dir: Path) -> dict:
-    """The budget sweep of ``sweep`` on Ray Tune: pretraining once per (method, size), trials for the rest."""
-    from slm.tune.sweep import run_sweep
-
-    return run_sweep(cfg)
-
-
-def stage_report(cfg: JobConfig, run_dir: Path) -> dict:
-    """The sweep's frontier plots and Markdown summary, under its folder's report/."""
-    from slm.analysis.report import report
-    from slm.tune.sweep import sweep_dir
-
-    result = report(sweep_dir(cfg))
-    log.info(f"[report] {result['rows']} rows; plots {result['plots']} in {result['report']}")
-    return result
-
-
-STAGES: dict[str, Stage] = {
-    "corpus": stage_corpus,
-    "stats": stage_stats,
-    "embed": stage_embed,
-    "cluster": stage_cluster,
-    "histogram": stage_histogram,
-    "resample": stage_resample,
-    "tokenizer": stage_tokenizer,
-    "pack": stage_pack,
-    "pretrain": stage_pretrain,
-    "specialize": stage_specialize,
-    "sweep": stage_sweep,
-    "report": stage_report,
-}
-
 
 def check_methods(cfg: JobConfig) -> None:
     """The job's method names against the registry, and the sweep's rules (``slm.tune.plan.check_spec``),
@@ -265,9 +45,10 @@ def check_methods(cfg: JobConfig) -> None:
 
 
 def check_stages(cfg: JobConfig) -> None:
+    """The job's stages exist, and what they will read and log to is there, before anything runs."""
     unknown = [s for s in cfg.stages if s not in STAGES]
     if unknown:
-        raise ConfigError(f"config key 'stages': unknown stage(s) {unknown}; known stages: {list(STAGES)}")
+        raise ConfigError(f"config key 'stages': unknown stage(s) {unknown}; known stages: {sorted(STAGES)}")
     if not cfg.stages:
         raise ConfigError("config key 'stages': a job needs at least one stage")
     check_submitted_paths(cfg)
@@ -279,8 +60,6 @@ def check_stages(cfg: JobConfig) -> None:
 LOGGER_PACKAGES = {"tensorboard": ("tensorboard", "pip install tensorboard"),
                    "mlflow": ("mlflow", "pip install -e '.[trackers]' (or pip install mlflow-skinny)"),
                    "wandb": ("wandb", "pip install -e '.[trackers]' (or pip install wandb)")}
-# The training sections each stage runs under.
-LOGGING_STAGES = {"pretrain": ("pretrain",), "specialize": ("specialize",), "sweep": ("pretrain", "specialize")}
 
 
 def check_loggers(cfg: JobConfig) -> None:
@@ -289,7 +68,7 @@ def check_loggers(cfg: JobConfig) -> None:
     section no stage of the job trains with are said to log nothing (issue 46)."""
     import importlib.util
 
-    trained = {section for stage in cfg.stages for section in LOGGING_STAGES.get(stage, ())}
+    trained = {section for stage in cfg.stages for section in STAGES.get(stage).trains}
     default = ["tensorboard"]
     for section in ("pretrain", "specialize"):
         loggers = getattr(cfg, section).train.loggers
@@ -325,27 +104,15 @@ def check_domains(cfg: JobConfig) -> None:
     and what the user imported into it already (the build keeps imports)."""
     corpus = Path(cfg.corpus.dir).expanduser()
     present = set(corpus_domains(corpus)) if (corpus / "domains").is_dir() else set()
-    if "corpus" in cfg.stages:
-        known = set(BUNDLED_DOMAINS) | present
+    built = {d for stage in cfg.stages for d in STAGES.get(stage).builds_domains}
+    if built:
+        known = built | present
         where = f"the bundled corpus or the domains imported into {corpus}"
     elif present:
         known, where = present, f"the corpus at {corpus}"
     else:
         return  # no corpus yet: the first stage that reads one says so
-    stages = set(cfg.stages)
-    named = []  # (key, domain) of the sections this job's stages read
-    if stages & {"pack", "pretrain", "sweep"}:  # the valid sets packed, and every evaluation
-        named += [("corpus.domains", d) for d in cfg.corpus.domains]
-    if stages & {"embed"} or ("cluster" in stages and cfg.cluster.assignments):
-        named += [("embed.domains", d) for d in cfg.embed.domains]
-    if stages & {"histogram"}:
-        named += [("histogram.domains", d) for d in cfg.histogram.domains]
-    if stages & {"resample", "pack"}:
-        named += [("resample.domain", cfg.resample.domain)] + [("resample.domains", d) for d in cfg.resample.domains]
-    if "specialize" in stages and cfg.specialize.domain:
-        named += [("specialize.domain", cfg.specialize.domain)]
-    if "sweep" in stages:
-        named += [("sweep.domains", d) for d in cfg.sweep.domains]
+    named = [read for stage in cfg.stages for read in STAGES.get(stage).reads_domains(cfg)]  # (key, domain)
     for key, domain in named:
         if domain not in known:
             raise ConfigError(f"config key '{key}': no domain {domain!r} in {where} (its domains: {sorted(known)}; "
@@ -380,11 +147,8 @@ def run_job(cfg: JobConfig) -> dict[str, dict]:
 def job_name(cfg: JobConfig) -> str:
     """The Ray job's name in the dashboard: the run and its stages, a training stage with its method and
     size (``slm quickstart: pretrain soup-d2``), a sweep with its name."""
-    labels = {"pretrain": f"pretrain {cfg.pretrain.method}-{cfg.pretrain.model.size_name}",
-              "specialize": f"specialize {cfg.specialize.name or cfg.specialize.source} on "
-                            f"{cfg.specialize.domain or cfg.resample.domain}",
-              "sweep": f"sweep {cfg.sweep.name}"}
-    return f"slm {cfg.run.name}: {', '.join(labels.get(stage, stage) for stage in cfg.stages)}"
+    labels = [STAGES.get(stage).label(cfg) if STAGES.get(stage).label else stage for stage in cfg.stages]
+    return f"slm {cfg.run.name}: {', '.join(labels)}"
 
 
 def _run_stages(cfg: JobConfig) -> dict[str, dict]:
@@ -402,7 +166,7 @@ def _run_stages(cfg: JobConfig) -> dict[str, dict]:
             started = time.perf_counter()
             log.info(f"[run] stage {name} ...")
             with PeakMemory() as memory:
-                results[name] = STAGES[name](cfg, run_dir)
+                results[name] = STAGES.get(name)(cfg, run_dir)
             resources[name] = {"seconds": round(time.perf_counter() - started, 1), "peak_memory_gib": memory.peak_gib}
             log.info(f"[run] stage {name} done in {resources[name]['seconds']}s, peak memory "
                      f"{memory.peak_gib} GiB{stage_summary(results[name])}")
