@@ -186,6 +186,10 @@ class TrainConfig:
     num_workers: int = 2  # 0: the loop in this process, without Ray Train (Tune trials on one core, tests)
     use_gpu: bool = False
     cpus_per_worker: float = 1.0
+    # With use_gpu, the share of a GPU each worker (or a run in its own process) asks Ray for: 1/N puts N small
+    # runs on one device (Ray's fractional GPUs; the memory they need is checked before a sweep starts).
+    # Where a run is scheduled does not change its model: not hashed.
+    gpus_per_worker: float = field(default=1.0, metadata=NOT_HASHED)
     torch_threads: int = 1  # intra-op threads per CPU worker
     batch_size: int = 8  # sequences per worker per step
     seed: int = 0
@@ -233,6 +237,9 @@ class TrainConfig:
         if self.numerics == "pinned" and self.use_gpu:
             raise ConfigError(f"config key '{prefix}numerics': 'pinned' pins CPU kernels; a GPU run's numbers are "
                               "its CUDA kernels' (set it to 'native' with use_gpu)")
+        if not 0 < self.gpus_per_worker <= 1:
+            raise ConfigError(f"config key '{prefix}gpus_per_worker': a share of one GPU, in (0, 1], got "
+                              f"{self.gpus_per_worker}")
         if self.zero_stage not in (1, 2, 3):
             raise ConfigError(f"config key '{prefix}zero_stage': must be 1, 2 or 3, got {self.zero_stage}")
         if self.num_workers < 0:

@@ -261,3 +261,32 @@ def planning_peak(train: TrainConfig) -> Peak:
         return peak_flops("auto", torch.device(device_type), precision)
     finally:
         torch.set_num_threads(threads)
+
+
+# ----------------------------------------------------------------------------------------- device memory
+
+# What a CUDA process holds before its first tensor (context, cuBLAS workspace, the allocator's reserve): an
+# assumption, stated in docs/cluster.md, not a measurement of this platform.
+CUDA_CONTEXT_BYTES = 512 * 2**20
+
+
+def training_memory_bytes(params: int, gpt, batch_size: int, teacher_params: int = 0) -> int:
+    """A training process's device memory, estimated from its shape (an upper estimate for sharing a device, not
+    a measurement): the CUDA context; fp32 weights, gradients and AdamW's two moments (16 bytes a parameter);
+    a frozen teacher's fp32 weights; and the activations autograd keeps, fp32, ~34 values per layer and width
+    and the logits' ~6 per vocabulary entry, per token of the batch (Korthikanti et al. 2022's count)."""
+    tokens = batch_size * gpt.seq_len
+    activations = 4 * tokens * (34 * gpt.n_layer * gpt.d_model + 6 * gpt.vocab_size)
+    return CUDA_CONTEXT_BYTES + 16 * params + 4 * teacher_params + activations
+
+
+def gpu_memory_bytes(share: float) -> int:
+    """The memory of a GPU of this Ray cluster, asked of a GPU by a task holding ``share`` of one (the driver may
+    run on a node without one)."""
+    import ray
+
+    @ray.remote(num_gpus=share, num_cpus=0)
+    def total_memory() -> int:
+        return torch.cuda.get_device_properties(0).total_memory
+
+    return ray.get(total_memory.remote())

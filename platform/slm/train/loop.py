@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import resource
+import socket
 import time
 from pathlib import Path
 
@@ -169,6 +170,7 @@ class TrainLoop:
         module.train()
         metrics: dict = {}
         budget = self.train.budget
+        self.began = time.time()
         while not (self.finished or exhausted(budget, self.progress)):
             step = self.progress.step
             started = cb.timer()
@@ -215,6 +217,9 @@ class TrainLoop:
             "compile_reason": module.compiled.reason, "peak_flops": self.peak.flops,
             "peak_flops_source": self.peak.source, "eval_before": self.initial_eval, "eval": self.last_eval,
             "numerics": dataclasses.asdict(self.numerics),
+            # where and when its steps ran (rank 0's host; Unix seconds, from its first step to its end, waiting for
+            # resources not included): which runs of a sweep trained side by side, and on which node
+            "ran": {"host": socket.gethostname(), "from": round(self.began, 2), "to": round(time.time(), 2)},
         }
         summary["peak_rss_mb"] = self.gather(round(peak_rss_mb(), 1))
         summary["param_device"] = str(next(module.raw.parameters()).device)  # where training ran

@@ -91,7 +91,7 @@ def gpt_config(model_cfg, vocab: int, seq_len: int):
 def check_fits(train: TrainConfig, key: str, cluster: dict[str, float]) -> None:
     """Fail, naming the keys and the numbers, when a fixed cluster cannot hold the run's workers."""
     if train.use_gpu:
-        asked, have, what = train.num_workers, cluster.get("GPU", 0), "GPUs"
+        asked, have, what = train.num_workers * train.gpus_per_worker, cluster.get("GPU", 0), "GPUs"
     else:
         asked, have, what = train.num_workers * train.cpus_per_worker, cluster.get("CPU", 0), "CPUs"
     if asked > have:
@@ -103,7 +103,8 @@ def check_fits(train: TrainConfig, key: str, cluster: dict[str, float]) -> None:
 
 def fit(spec: WorkerSpec, train: TrainConfig, storage: Path, ray_name: str) -> dict:
     """Run ``train_worker(spec)`` on a TorchTrainer; return rank 0's summary."""
-    resources = None if train.use_gpu else {"CPU": train.cpus_per_worker}
+    resources = {"CPU": train.cpus_per_worker, "GPU": train.gpus_per_worker} if train.use_gpu \
+        else {"CPU": train.cpus_per_worker}
     integrity.set_aside_stale_record(storage.resolve() / ray_name, lambda m: log.info(f"[train] {m}"))
     trainer = TorchTrainer(
         train_worker,

@@ -11,8 +11,9 @@
    others (``pretrain.snapshot_steps``; under ``pretrain.train.optim.schedule: wsd`` each smaller budget is
    a cooldown branch from the run, a fully trained model); a finished run is skipped, an interrupted one
    (or branch) resumes. Runs that
-   train in their own process (``pretrain.train.num_workers: 0``) run as Ray tasks, as many at once as
-   the cluster's CPUs (GPUs) allow; SALT's run waits for its teacher's. Ray Train runs go one at a time.
+   train in their own process (``pretrain.train.num_workers: 0``) and Ray Train runs alike run as Ray tasks, as
+   many at once as the cluster's CPUs (GPUs, or shares of one: ``train.gpus_per_worker``) hold; SALT's run waits
+   for its teacher's.
    A sweep's models live in its own folder (``sweeps/<name>/checkpoints``, ``…/specialized``); every
    evaluation the runs logged goes to ``curves.parquet`` (C5 reads it).
 3. **Specialization trials** on Tune: a function trainable per trial, as in Ray's docs, that runs
@@ -41,6 +42,7 @@ from typing import Any
 import numpy as np
 import ray
 import ray.tune
+import torch
 from ray.tune import Callback, CLIReporter, TuneConfig, Tuner
 from ray.tune import RunConfig as TuneRunConfig
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
@@ -54,7 +56,7 @@ from slm.data.histogram import coarse_histograms, entropy
 from slm.layout import RunLayout, TrainOutput
 from slm.log import logger
 from slm.models.config import size_config
-from slm.models.gpt import ModelConfigError
+from slm.models.gpt import GPT, ModelConfigError
 from slm.progress import Progress
 from slm.records.plan import DataFingerprint, Plan, PretrainRun, SizeCost, Trial
 from slm.records.table import row, write_curves, write_table
@@ -62,9 +64,9 @@ from slm.runtime import init_ray
 from slm.train.budget import dense_flops_per_token
 from slm.train.config import BudgetConfig
 from slm.train.data import packed_arrays, recorded_digest, valid_arrays
-from slm.train.hardware import planning_peak
+from slm.train.hardware import gpu_memory_bytes, planning_peak, training_memory_bytes
 from slm.train.numerics import kernels, pinned_environment
-from slm.train.trainer import gpt_config, pretrain, pretrain_data, specialize, tracked
+from slm.train.trainer import gpt_config, pretrain, pretrain_data, pretrain_spec, specialize, tracked
 from slm.tune.config import SweepJob
 from slm.tune.plan import PlanInputs, SweepSpecError, check_spec, compared_methods, format_plan, make_plan
 from slm.tune.tracking import write_hparams, write_mlflow
@@ -232,26 +234,74 @@ def _pretrain_task(cfg: SweepJob, *teachers) -> str:
     return cfg.pretrain.run_name
 
 
+def run_resources(train) -> dict:
+    """What a pretraining run's Ray task asks for. A run in its own process (``num_workers: 0``) asks for what its
+    loop uses: ``cpus_per_worker`` CPUs, and with ``use_gpu`` a ``gpus_per_worker`` share of a GPU (1/N: N runs to
+    a device). A Ray Train run's task asks for a token CPU only: its TorchTrainer's workers hold the real
+    resources (Ray's pattern for a Tune trial that fits a trainer), so runs go side by side as far as the
+    cluster holds their workers, and the rest wait for room."""
+    if train.num_workers:
+        return {"num_cpus": 0.01, "num_gpus": 0}
+    return {"num_cpus": train.cpus_per_worker, "num_gpus": train.gpus_per_worker if train.use_gpu else 0}
+
+
+def device_needs(cfg: SweepJob, p: Plan) -> dict[str, tuple[int, str]]:
+    """Per training section that shares a GPU (``use_gpu`` with ``gpus_per_worker`` < 1): the device memory its
+    largest run or trial needs (``slm.train.hardware.training_memory_bytes``) and which one it is."""
+    needs = {}
+    p_train, s_train = cfg.pretrain.train, cfg.specialize.train
+    if p_train.use_gpu and p_train.gpus_per_worker < 1:
+        params, shapes = {}, {}
+        for run in p.runs:
+            method, spec, _ = pretrain_spec(run_config(cfg, run))
+            with torch.device("meta"):
+                params[run.name] = sum(t.numel() for t in method.build(spec.arch).parameters())
+            shapes[run.name] = spec.arch.gpt
+        needs["pretrain"] = max((training_memory_bytes(params[r.name], shapes[r.name], p_train.batch_size,
+                                                       params.get(r.teacher, 0)), r.name) for r in p.runs)
+    if s_train.use_gpu and s_train.gpus_per_worker < 1:
+        vocab, seq_len = _vocab_and_seq_len(cfg)
+        sized = []
+        for size in sorted({t.size for t in p.trials}):
+            gpt = gpt_config(size_config(size), vocab, seq_len)
+            with torch.device("meta"):
+                params = sum(t.numel() for t in GPT(gpt).parameters())
+            sized.append((training_memory_bytes(params, gpt, s_train.batch_size, params), f"a {size} trial"))
+        needs["specialize"] = max(sized)
+    return needs
+
+
+def check_device_share(cfg: SweepJob, p: Plan, device_bytes: int | None = None) -> None:
+    """Before anything trains: the runs (trials) that share one GPU fit its memory together, or the sweep stops
+    saying how much they need and have (``device_bytes``: one GPU's memory; None: asked of the cluster's)."""
+    for section, (need, largest) in device_needs(cfg, p).items():
+        train = getattr(cfg, section).train
+        per_device = int(1 / train.gpus_per_worker + 1e-9)
+        have = device_bytes if device_bytes is not None else gpu_memory_bytes(train.gpus_per_worker)
+        what = "runs" if section == "pretrain" else "trials"
+        line = (f"{per_device} {what} on a GPU, needing ~{per_device * need / 2**30:.2f} GiB together (the largest, "
+                f"{largest}: ~{need / 2**30:.2f} GiB, estimated) of its {have / 2**30:.2f} GiB")
+        if per_device * need > have:
+            raise SweepSpecError(f"config key '{section}.train.gpus_per_worker': {train.gpus_per_worker:g} puts {line}; "
+                                 f"raise the share (fewer to a device)")
+        log.info(f"[sweep] {section}: {line}")
+
+
 def pretrain_all(cfg: SweepJob, runs: tuple[PretrainRun, ...]) -> None:
-    """Every pretraining run of the plan. Ray Train runs go one at a time from this driver; runs in their
-    own process are Ray tasks, as many at once as the cluster's resources allow, a SALT run after its
-    teacher (Ray passes the teacher's result as the task's argument, so it waits for it)."""
+    """Every pretraining run of the plan, each a Ray task, as many at once as the cluster's resources hold
+    (``run_resources``), a SALT run after its teacher (Ray passes the teacher's result as the task's argument,
+    so it waits for it)."""
     train = cfg.pretrain.train
     # Its lines are printed here, each naming the run that finished (the Progress's own would repeat them).
     progress = Progress("sweep", "pretraining runs done", len(runs), out=lambda line: None)
-    if train.num_workers:
-        for k, run in enumerate(runs, 1):
-            pretrain(run_config(cfg, run))
-            progress.update(k)
-            log.info(f"{progress.line()}; last: {run.name}")
-        return
     # The arrays every run memory-maps, made here once rather than by two tasks at the same time.
     for run in runs:
         pretrain_data(run_config(cfg, run))
     valid_arrays(RunLayout.of(cfg), list(cfg.corpus.domains))
     task = ray.remote(_pretrain_task)
-    resources = {"num_cpus": train.cpus_per_worker, "num_gpus": 1 if train.use_gpu else 0, "max_retries": 0}
-    if train.numerics == "pinned":  # workers of their own, started pinned: never one that already ran a kernel
+    resources = {**run_resources(train), "max_retries": 0}
+    if train.numerics == "pinned" and not train.num_workers:
+        # workers of their own, started pinned: never one that already ran a kernel (Train's workers pin themselves)
         resources["runtime_env"] = {"env_vars": pinned_environment()}
     refs: dict[str, ray.ObjectRef] = {}
     for run in runs:
@@ -376,7 +426,7 @@ def trial_resources(train) -> dict:
     (Ray's docs' pattern), else what its loop uses in the trial's own process (``num_workers: 0``)."""
     if train.num_workers:
         return {"cpu": 0.01}
-    return {"cpu": train.cpus_per_worker, "gpu": 1 if train.use_gpu else 0}
+    return {"cpu": train.cpus_per_worker, "gpu": train.gpus_per_worker if train.use_gpu else 0}
 
 
 def concurrency(cfg: SweepJob) -> int:
@@ -385,7 +435,7 @@ def concurrency(cfg: SweepJob) -> int:
     t = cfg.specialize.train
     resources = ray.cluster_resources()
     if t.use_gpu:
-        return max(1, int(resources.get("GPU", 1) // max(1, t.num_workers)))
+        return max(1, int(resources.get("GPU", 1) // (max(1, t.num_workers) * t.gpus_per_worker)))
     return max(1, int(resources.get("CPU", 1) // (max(1, t.num_workers) * t.cpus_per_worker)))
 
 
@@ -467,6 +517,7 @@ def run_sweep(cfg: SweepJob) -> dict:
                          for name, section in (("pretrain", cfg.pretrain), ("specialize", cfg.specialize))})
     atomic_write_json(out / "plan.json", p.to_json())
     init_ray(cfg.ray)
+    check_device_share(cfg, p)
     pretrain_all(cfg, p.runs)
     layout = RunLayout.of(cfg)
     for run in p.runs:
