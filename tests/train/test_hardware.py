@@ -67,7 +67,7 @@ def test_compile_resolution():
     assert not resolve("auto", "cpu", "fp32", 10_000, None).enabled
     assert not resolve("auto", "cpu", "bf16", hardware.CPU_BF16_COMPILE_MIN_STEPS - 1, None).enabled
     assert resolve("auto", "cpu", "bf16", hardware.CPU_BF16_COMPILE_MIN_STEPS, None).enabled
-    assert resolve("auto", "cpu", "bf16", None, None).enabled  # a device-seconds budget: no horizon
+    assert resolve("auto", "cpu", "bf16", None, None).enabled  # a device-seconds budget: no budget in steps
     assert resolve("always", "cpu", "fp32", 5, 2).enabled
     assert not resolve("never", "cuda", "bf16", 10_000, None).enabled
     assert not resolve("auto", "cuda", "bf16", 10_000, 3).enabled  # ZeRO-3 stays eager

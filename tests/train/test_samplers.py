@@ -54,10 +54,10 @@ def test_mixture_sampler_resumes_the_same_h_sequence():
 
 
 def test_lr_schedule_warmup_then_cosine():
-    f = lr_lambda(OptimConfig(warmup_steps=10, min_lr_ratio=0.1), horizon=110)
+    f = lr_lambda(OptimConfig(warmup_steps=10, min_lr_ratio=0.1), budget_steps=110)
     assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
     assert f(60) == pytest.approx(0.55) and f(110) == pytest.approx(0.1) and f(500) == pytest.approx(0.1)
-    assert lr_lambda(OptimConfig(warmup_steps=10), horizon=None)(1000) == 1.0  # a wall-clock budget
+    assert lr_lambda(OptimConfig(warmup_steps=10), budget_steps=None)(1000) == 1.0  # a wall-clock budget
 
 
 def test_training_arrays_do_not_depend_on_the_order_packing_wrote_its_groups(tmp_path):

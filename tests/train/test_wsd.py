@@ -32,7 +32,7 @@ def test_a_wsd_schedule_is_the_same_for_every_horizon_until_its_decay():
     decay = [short(s) for s in range(15, 20)]
     assert decay == sorted(decay, reverse=True) and decay[-1] < 0.15 and long(19) == 1.0
     assert optim.decay_start(20) == 15 and optim.decay_start(40) == 30
-    # cosine keeps its meaning for existing specs: a horizon-dependent decay from the warm-up's end
+    # cosine keeps its meaning for existing specs: a budget-dependent decay from the warm-up's end
     cosine = OptimConfig(warmup_steps=5)
     assert lr_lambda(cosine, 40)(10) != lr_lambda(cosine, 20)(10)
 

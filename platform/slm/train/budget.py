@@ -64,9 +64,11 @@ def spent(budget: BudgetConfig, p: TrainState) -> tuple[float, str]:
     return best
 
 
-def horizon_steps(budget: BudgetConfig, tokens_per_step: int, flops_per_step: float) -> int | None:
-    """The step count the LR schedule decays over: the tightest budget that can be converted to steps
-    (a device-seconds budget cannot: alone, it gets a constant LR after warm-up)."""
+def budget_in_steps(budget: BudgetConfig, tokens_per_step: int, flops_per_step: float) -> int | None:
+    """A run's budget in steps (``budget_steps`` from here to the schedule: the one name a pretraining budget has
+    inside training, computed once by the train module and carried to the strategy, the schedule and the compile
+    decision): the tightest of its limits that converts to steps (a device-seconds budget cannot: alone, it gets
+    a constant learning rate after the warm-up, and None)."""
     candidates = []
     if budget.steps:
         candidates.append(budget.steps)

@@ -32,18 +32,18 @@ def cooldown_branches(snapshots, steps: int) -> tuple[int, ...]:
     return tuple(sorted(b for b in set(snapshots) if b < steps))
 
 
-def decay_steps(decay_fraction: float, horizon: int) -> int:
-    """Under wsd, how many of a ``horizon``-step run's last steps decay (at least one): what its cooldown
+def decay_steps(decay_fraction: float, budget_steps: int) -> int:
+    """Under wsd, how many of a ``budget_steps``-step run's last steps decay (at least one): what its cooldown
     branch trains beyond the trunk (the sweep's plan pays it per budget). Halves round up (``round`` would
     take 2.5 to 2)."""
-    return max(1, math.floor(decay_fraction * horizon + 0.5))
+    return max(1, math.floor(decay_fraction * budget_steps + 0.5))
 
 
 @dataclass
 class OptimConfig:
-    """AdamW with linear warm-up, then over the budget's horizon either a cosine decay to
+    """AdamW with linear warm-up, then over the run's budget in steps either a cosine decay to
     ``min_lr_ratio``·lr (``cosine``) or warmup–stable–decay (``wsd``: the peak until the last
-    ``decay_fraction`` of the horizon, then a decay of ``decay_shape`` to ``min_lr_ratio``·lr; Hägele et al.
+    ``decay_fraction`` of the budget, then a decay of ``decay_shape`` to ``min_lr_ratio``·lr; Hägele et al.
     2024). Under ``wsd`` the steps before a budget's decay are those of every longer run, so one run (the
     trunk) serves every smaller budget with a short cooldown branch (``pretrain.snapshot_steps``)."""
 
@@ -51,7 +51,7 @@ class OptimConfig:
     min_lr_ratio: float = 0.1
     warmup_steps: int = 20
     schedule: Literal["cosine", "wsd"] = "cosine"
-    decay_fraction: float = 0.2  # wsd: the share of the horizon that decays (its last steps)
+    decay_fraction: float = 0.2  # wsd: the share of the budget's steps that decays (its last steps)
     decay_shape: Literal["1-sqrt", "linear", "cosine"] = "1-sqrt"  # wsd: 1-sqrt is Hägele et al.'s best
     weight_decay: float = 0.1
     beta1: float = 0.9
@@ -73,13 +73,13 @@ class OptimConfig:
         if not 0 < self.decay_fraction <= 1:
             raise ConfigError(f"config key '{prefix}decay_fraction': must be in (0, 1], got {self.decay_fraction}")
 
-    def decay_steps(self, horizon: int) -> int:
-        """wsd: how many of a ``horizon``-step run's last steps decay."""
-        return decay_steps(self.decay_fraction, horizon)
+    def decay_steps(self, budget_steps: int) -> int:
+        """wsd: how many of a ``budget_steps``-step run's last steps decay."""
+        return decay_steps(self.decay_fraction, budget_steps)
 
-    def decay_start(self, horizon: int) -> int:
-        """wsd: the step a ``horizon``-step run's decay starts from: where its branch leaves a longer trunk."""
-        return horizon - self.decay_steps(horizon)
+    def decay_start(self, budget_steps: int) -> int:
+        """wsd: the step a ``budget_steps``-step run's decay starts from: where its branch leaves a longer trunk."""
+        return budget_steps - self.decay_steps(budget_steps)
 
 
 @dataclass

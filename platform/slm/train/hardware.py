@@ -125,7 +125,7 @@ class CompileChoice:
     reason: str
 
 
-def resolve_compile(mode: str, device_type: DeviceType, precision: Precision, horizon: int | None,
+def resolve_compile(mode: str, device_type: DeviceType, precision: Precision, budget_steps: int | None,
                     zero_stage: int | None) -> CompileChoice:
     """Whether this run compiles its training step, and why (the worker prints the reason)."""
     if mode == "never":
@@ -143,8 +143,8 @@ def resolve_compile(mode: str, device_type: DeviceType, precision: Precision, ho
         return CompileChoice(True, "CUDA: compiled")
     if precision == "fp32":
         return CompileChoice(False, "fp32 on CPU: the matmuls are the step, compiling does not pay")
-    if horizon is not None and horizon < CPU_BF16_COMPILE_MIN_STEPS:
-        return CompileChoice(False, f"{horizon} steps < {CPU_BF16_COMPILE_MIN_STEPS}: too short to repay the warm-up")
+    if budget_steps is not None and budget_steps < CPU_BF16_COMPILE_MIN_STEPS:
+        return CompileChoice(False, f"{budget_steps} steps < {CPU_BF16_COMPILE_MIN_STEPS}: too short to repay the warm-up")
     return CompileChoice(True, "bf16 on CPU, a long run: compiled")
 
 

@@ -22,7 +22,7 @@ from slm import methods
 from slm.log import logger
 from slm.models.gpt import load_dense
 from slm.train import hardware
-from slm.train.budget import dense_flops_per_token, horizon_steps
+from slm.train.budget import budget_in_steps, dense_flops_per_token
 from slm.train.data import PackedArrays
 from slm.train.evaluate import evaluate
 from slm.train.objectives import KDSchedule, Objective
@@ -75,17 +75,17 @@ class TrainModule:
                 raise ValueError(f"teacher {teacher.checkpoint} has vocabulary "
                                  f"{self.teacher.config.vocab_size}, the student {self.dense_config.vocab_size}")
 
-        # ---- costs per step, and the run's horizon (the learning-rate schedule's length)
+        # ---- costs per step, and the run's budget in steps (the learning-rate schedule's length; slm.train.budget)
         self.tokens_per_step = train.batch_size * seq_len * world
         self.flops_per_step = (dense_flops_per_token(self.dense_config) * self.tokens_per_step
                                + self.method.step_overhead_flops(model, self.trained_arch))
         self.teacher_flops_per_step = (dense_flops_per_token(self.teacher.config, training=False)
                                        * self.tokens_per_step if self.teacher else 0.0)
-        horizon = horizon_steps(train.budget, self.tokens_per_step, self.flops_per_step)
+        budget_steps = budget_in_steps(train.budget, self.tokens_per_step, self.flops_per_step)
 
         # ---- compilation (in place, before any wrapper) and the peak MFU is measured against
         deepspeed_stage = train.zero_stage if train.strategy == "deepspeed" else None
-        self.compiled = hardware.resolve_compile(train.compile, device.type, precision, horizon, deepspeed_stage)
+        self.compiled = hardware.resolve_compile(train.compile, device.type, precision, budget_steps, deepspeed_stage)
         if self.compiled.enabled:
             hardware.use_compile_cache(train.compile_cache_dir)
             hardware.compile_modules(self.method.compile_units(model))
@@ -97,11 +97,11 @@ class TrainModule:
 
         # ---- parallelism, applied from outside the model
         if train.strategy == "deepspeed":
-            self.strategy = DeepSpeedStrategy(model, train.optim, horizon, zero_stage=train.zero_stage,
+            self.strategy = DeepSpeedStrategy(model, train.optim, budget_steps, zero_stage=train.zero_stage,
                                               micro_batch=train.batch_size, precision=precision,
                                               device_type=device.type, lr_scale=self.dense_config.lr_scale)
         else:
-            self.strategy = DDPStrategy(model, train.optim, horizon, distributed=placement.wrap_ddp,
+            self.strategy = DDPStrategy(model, train.optim, budget_steps, distributed=placement.wrap_ddp,
                                         find_unused_parameters=self.method.find_unused_parameters,
                                         lr_scale=self.dense_config.lr_scale)
 

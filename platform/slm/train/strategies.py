@@ -24,23 +24,23 @@ from slm.train.config import OptimConfig
 from slm.train.hardware import Precision, autocast
 
 
-def lr_lambda(optim: OptimConfig, horizon: int | None):
-    """Linear warm-up, then over ``horizon`` steps (constant if None) either cosine from 1 to
-    ``min_lr_ratio`` or warmup–stable–decay: 1 until ``optim.decay_start(horizon)``, then ``decay_shape``
-    down to ``min_lr_ratio`` at the horizon. Under wsd the factor before a run's decay does not depend on
-    the horizon: a shorter run's steps up to its decay are a longer run's (the branches' premise)."""
+def lr_lambda(optim: OptimConfig, budget_steps: int | None):
+    """Linear warm-up, then over ``budget_steps`` steps (constant if None) either cosine from 1 to
+    ``min_lr_ratio`` or warmup–stable–decay: 1 until ``optim.decay_start(budget_steps)``, then ``decay_shape``
+    down to ``min_lr_ratio`` at the budget's last step. Under wsd the factor before a run's decay does not depend
+    on the budget: a shorter run's steps up to its decay are a longer run's (the branches' premise)."""
     def factor(step: int) -> float:
         if optim.warmup_steps and step < optim.warmup_steps:
             return (step + 1) / optim.warmup_steps
-        if not horizon or horizon <= optim.warmup_steps:
+        if not budget_steps or budget_steps <= optim.warmup_steps:
             return 1.0
         if optim.schedule == "wsd":
-            start = optim.decay_start(horizon)
+            start = optim.decay_start(budget_steps)
             if step < start:
                 return 1.0
             return optim.min_lr_ratio + (1 - optim.min_lr_ratio) * DECAY[optim.decay_shape](
-                min(1.0, (step - start) / optim.decay_steps(horizon)))
-        progress = min(1.0, (step - optim.warmup_steps) / (horizon - optim.warmup_steps))
+                min(1.0, (step - start) / optim.decay_steps(budget_steps)))
+        progress = min(1.0, (step - optim.warmup_steps) / (budget_steps - optim.warmup_steps))
         return optim.min_lr_ratio + (1 - optim.min_lr_ratio) * DECAY["cosine"](progress)
 
     return factor
@@ -70,7 +70,7 @@ def param_groups(model: nn.Module, weight_decay: float, lr_scale: LrScale | None
             for (decay, scale), params in ordered]
 
 
-def make_optimizer(model: nn.Module, optim: OptimConfig, horizon: int | None, fused: bool = False,
+def make_optimizer(model: nn.Module, optim: OptimConfig, budget_steps: int | None, fused: bool = False,
                    lr_scale: LrScale | None = None):
     """AdamW and its schedule. ``fused``: torch's single-kernel AdamW (DDP; DeepSpeed's ZeRO wrapper
     steps the optimizer over its own flattened partitions, so it gets the default implementation).
@@ -78,7 +78,7 @@ def make_optimizer(model: nn.Module, optim: OptimConfig, horizon: int | None, fu
     groups = [{"params": g["params"], "weight_decay": g["weight_decay"], "lr": optim.lr * g["lr_scale"]}
               for g in param_groups(model, optim.weight_decay, lr_scale)]
     opt = torch.optim.AdamW(groups, lr=optim.lr, betas=(optim.beta1, optim.beta2), eps=1e-8, fused=fused or None)
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(optim, horizon))
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(optim, budget_steps))
 
 
 class DDPStrategy:
@@ -88,10 +88,10 @@ class DDPStrategy:
     name = "ddp"
     autocasts = False  # the loop enters the autocast around the forward (TrainModule.step)
 
-    def __init__(self, model: nn.Module, optim: OptimConfig, horizon: int | None, *, distributed: bool,
+    def __init__(self, model: nn.Module, optim: OptimConfig, budget_steps: int | None, *, distributed: bool,
                  find_unused_parameters: bool = False, lr_scale: LrScale | None = None):
         self.raw = model
-        self.optimizer, self.scheduler = make_optimizer(model, optim, horizon, fused=True, lr_scale=lr_scale)
+        self.optimizer, self.scheduler = make_optimizer(model, optim, budget_steps, fused=True, lr_scale=lr_scale)
         self.grad_clip = optim.grad_clip
         if distributed:
 
@@ -158,12 +158,12 @@ class DeepSpeedStrategy:
     # by the engine, with a warning.
     autocasts = True
 
-    def __init__(self, model: nn.Module, optim: OptimConfig, horizon: int | None, *, zero_stage: int,
+    def __init__(self, model: nn.Module, optim: OptimConfig, budget_steps: int | None, *, zero_stage: int,
                  micro_batch: int, precision: Precision, device_type: str, lr_scale: LrScale | None = None):
         import deepspeed  # only with train.strategy: deepspeed (its import alone takes seconds)
 
         self.raw = model
-        opt, sched = make_optimizer(model, optim, horizon, lr_scale=lr_scale)
+        opt, sched = make_optimizer(model, optim, budget_steps, lr_scale=lr_scale)
         config = {
             "train_micro_batch_size_per_gpu": micro_batch,
             "gradient_accumulation_steps": 1,

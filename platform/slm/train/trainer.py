@@ -280,18 +280,18 @@ def branched_budgets(p: PretrainConfig) -> list[int]:
     if not p.train.budget.steps:
         raise TrainingInputError("config key 'pretrain.train.budget.steps': a WSD run with snapshot_steps (cooldown "
                                  "branches) needs a step budget: its trunk's length")
-    horizon = p.train.budget.steps
-    beyond = sorted(s for s in p.snapshot_steps if s > horizon)
+    budget_steps = p.train.budget.steps
+    beyond = sorted(s for s in p.snapshot_steps if s > budget_steps)
     if beyond:
         raise TrainingInputError(f"config key 'pretrain.snapshot_steps': {beyond} are beyond the run's "
-                                 f"{horizon} steps (pretrain.train.budget.steps)")
-    early = sorted(s for s in {*p.snapshot_steps, horizon} if optim.decay_start(s) < optim.warmup_steps)
+                                 f"{budget_steps} steps (pretrain.train.budget.steps)")
+    early = sorted(s for s in {*p.snapshot_steps, budget_steps} if optim.decay_start(s) < optim.warmup_steps)
     if early:
         raise TrainingInputError(
             f"config key 'pretrain.snapshot_steps': under schedule wsd the budgets {early} would start their decay "
             f"(decay_fraction {optim.decay_fraction}) before the warm-up's {optim.warmup_steps} steps end; "
             f"raise them or lower pretrain.train.optim.warmup_steps")
-    return list(cooldown_branches(p.snapshot_steps, horizon))
+    return list(cooldown_branches(p.snapshot_steps, budget_steps))
 
 
 def _branch(trunk: WorkerSpec, budget: int, output: TrainOutput, cfg: TrainJob, extra: dict) -> dict:

@@ -194,7 +194,7 @@ def _design(sw: SweepConfig, inputs: PlanInputs) -> tuple[list[PretrainRun], lis
     large = sw.large_size or None
     if large and sizes[large].inference_flops_per_token <= sizes[small].inference_flops_per_token:
         raise SweepSpecError(f"config key 'sweep.large_size': {large!r} is not larger than the smallest size {small!r}")
-    longest, budgets = max(sw.pretrain_steps), tuple(sorted(set(sw.pretrain_steps)))
+    budgets = tuple(sorted(set(sw.pretrain_steps)))  # the pretraining budgets in steps; a run trains to the last
     all_tokens, all_k = sorted(set(sw.domain_tokens)), sorted(set(sw.specialize_steps))
     seeds = sw.seeds or [None]
     plan = _Builder(sw, inputs, small)
@@ -212,7 +212,7 @@ def _design(sw: SweepConfig, inputs: PlanInputs) -> tuple[list[PretrainRun], lis
                 base = pretrain_name(method, size, domain)
                 for seed in seeds:
                     source = base + seed_suffix(seed)
-                    plan.run(PretrainRun(source, method, size, domain, seed, longest, budgets, "grid"))
+                    plan.run(PretrainRun(source, method, size, domain, seed, budgets[-1], budgets, "grid"))
                     for steps in budgets:
                         for d in ([domain] if domain else domains):
                             for tokens in all_tokens:
@@ -225,7 +225,7 @@ def _design(sw: SweepConfig, inputs: PlanInputs) -> tuple[list[PretrainRun], lis
     # SALT's baseline (C5). Issue 46: without either it was trained for every seed and read by nothing.
     if large and (sw.distill or sw.salt_kd_share):
         teacher_base = pretrain_name(methods.BASELINE, large, None)
-        large_steps = sw.large_steps or longest
+        large_steps = sw.large_steps or budgets[-1]
         curve_every = sw.curve_every or max(1, large_steps // 20)
         for seed in seeds:
             plan.run(PretrainRun(teacher_base + seed_suffix(seed), methods.BASELINE, large, None, seed, large_steps,
@@ -245,7 +245,7 @@ def _design(sw: SweepConfig, inputs: PlanInputs) -> tuple[list[PretrainRun], lis
                             plan.trial(Trial(teacher, methods.BASELINE, large, large_steps, d, tokens, k, "teacher",
                                              seed=seed, name=teacher + seed_suffix(seed),
                                              source=teacher_base + seed_suffix(seed)))
-                            start = sw.distill_steps or longest
+                            start = sw.distill_steps or budgets[-1]
                             setting = f"{methods.DISTILLED}-{small}-from-{large}-{cell(d, start, tokens, k)}"
                             plan.trial(Trial(setting, methods.DISTILLED, small, start, d, tokens, k, "distill",
                                              seed=seed, name=setting + seed_suffix(seed),
@@ -256,8 +256,8 @@ def _design(sw: SweepConfig, inputs: PlanInputs) -> tuple[list[PretrainRun], lis
         for seed in seeds:
             for d in domains:
                 for e in range(inputs.experts):
-                    setting = f"{base}-{cell(d, longest, all_tokens[0], all_k[0])}-e{e}"
-                    plan.trial(Trial(setting, methods.SLM_MIX, small, longest, d, all_tokens[0], all_k[0], "experts",
+                    setting = f"{base}-{cell(d, budgets[-1], all_tokens[0], all_k[0])}-e{e}"
+                    plan.trial(Trial(setting, methods.SLM_MIX, small, budgets[-1], d, all_tokens[0], all_k[0], "experts",
                                      e, seed=seed, name=setting + seed_suffix(seed), source=base + seed_suffix(seed)))
     return plan.runs, plan.trials, small, large
 
