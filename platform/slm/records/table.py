@@ -29,12 +29,18 @@ COLUMNS = ["method", "size", "expert", "params", "inference_flops_per_token", "p
            "specialize_steps", "specialize_flops", "specialize_device_seconds", "per_domain_flops",
            "per_domain_device_seconds", "perplexity", "accuracy", "perplexity_before", "accuracy_before",
            "eval_loss_se", "setting", "seed", "trial"]
+# Where a trial ran: the Ray node of its pretraining run (the trunk's) and of its specialization (issue 66). Not
+# what a trial measured: a table compared with another run's leaves them out (``MEASURED``), and tables written
+# before them have none.
+PLACEMENT = ["pretrained_on", "specialized_on"]
+
+
 def finite(x) -> bool:
     return x is not None and math.isfinite(x)
 
 
 def row(t: Trial, m: dict, snapshot: Snapshot, teacher: dict | None = None,
-        teacher_snapshot: Snapshot | None = None) -> dict:
+        teacher_snapshot: Snapshot | None = None, pretrained_on: str | None = None) -> dict:
     """A trial's line of the results table: ``m`` its specialization's manifest, ``snapshot`` the one it
     started from. A distilled student's costs include its teacher's (``teacher``: the teacher's
     specialization manifest, ``teacher_snapshot``: what the teacher started from): the large model's
@@ -66,6 +72,7 @@ def row(t: Trial, m: dict, snapshot: Snapshot, teacher: dict | None = None,
         "eval_loss_se": m["eval"][d]["loss_se"],
         # what a scheduler compares (ASHA's intermediate reports carry the training loss at "step")
         "loss": m["eval"][d]["loss"], "step": t.specialize_steps,
+        "pretrained_on": pretrained_on, "specialized_on": m.get("ran", {}).get("node"),
     }
 
 
@@ -76,7 +83,9 @@ def axis_columns(rows: list[dict]) -> list[str]:
 
 def write_table(rows: list[dict], out: Path) -> Path:
     axes = axis_columns(rows)  # a row without an axis's value (a table of several sweeps): null there
-    table = pa.Table.from_pylist([{**{k: r[k] for k in COLUMNS}, **{k: r.get(k) for k in axes}}
+    placed = [k for k in PLACEMENT if any(r.get(k) is not None for r in rows)]
+    table = pa.Table.from_pylist([{**{k: r[k] for k in COLUMNS}, **{k: r.get(k) for k in axes},
+                                   **{k: r.get(k) for k in placed}}
                                   for r in sorted(rows, key=lambda r: r["trial"])])
     with atomic_path(out / "results.parquet") as tmp:
         pq.write_table(table, tmp)

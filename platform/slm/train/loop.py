@@ -219,7 +219,8 @@ class TrainLoop:
             "numerics": dataclasses.asdict(self.numerics),
             # where and when its steps ran (rank 0's host; Unix seconds, from its first step to its end, waiting for
             # resources not included): which runs of a sweep trained side by side, and on which node
-            "ran": {"host": socket.gethostname(), "from": round(self.began, 2), "to": round(time.time(), 2)},
+            "ran": {"host": socket.gethostname(), "node": ray_node(), "from": round(self.began, 2),
+                    "to": round(time.time(), 2)},
         }
         summary["peak_rss_mb"] = self.gather(round(peak_rss_mb(), 1))
         summary["param_device"] = str(next(module.raw.parameters()).device)  # where training ran
@@ -230,6 +231,14 @@ class TrainLoop:
             self.write_model(raw, self.output.model)
             atomic_write_json(self.output.summary, summary)
         return summary
+
+
+def ray_node() -> str | None:
+    """The Ray node this process runs on (its id: on a simulated cluster every node has the same host), or None
+    outside Ray (``slm train`` in this process)."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
 
 
 def run_params(spec: WorkerSpec) -> dict:

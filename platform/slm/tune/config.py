@@ -64,6 +64,8 @@ class SweepConfig:
     inference_budget: float = 0.0  # the largest inference FLOPs per token a size may cost (0: no limit)
     scheduler: Literal["fifo", "asha"] = "fifo"  # asha: stop weak specializations early (metric: loss)
     max_concurrent_trials: int = 0  # 0: the cluster's CPUs (GPUs) ÷ what one trial's workers take
+    # Pretraining runs in flight at once (0: as many as the cluster's resources hold; 1: one at a time)
+    max_concurrent_runs: int = 0
     storage_path: str = ""  # Tune's state; default <run dir>/sweeps/<name>/tune (s3:// or NFS on a cluster)
     assumed_mfu: float = 0.1  # for --dry-run's device-second estimate only
     output: str = "sweeps"  # <run dir>/sweeps/<name>/: results.parquet, results.csv, report/
@@ -91,6 +93,9 @@ class SweepConfig:
             size_config(size, f"{prefix}sizes")
         if self.large_size:
             size_config(self.large_size, f"{prefix}large_size")
+        if self.max_concurrent_runs < 0:
+            raise ConfigError(f"config key '{prefix}max_concurrent_runs': must be ≥ 0 (0: as many as the cluster's "
+                              f"resources hold), got {self.max_concurrent_runs}")
         if self.max_concurrent_trials < 0:
             raise ConfigError(f"config key '{prefix}max_concurrent_trials': must be ≥ 0 (0: as many as the "
                               f"cluster's CPUs or GPUs hold), got {self.max_concurrent_trials}")

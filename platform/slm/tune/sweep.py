@@ -299,20 +299,27 @@ def pretrain_all(cfg: SweepJob, runs: tuple[PretrainRun, ...]) -> None:
         pretrain_data(run_config(cfg, run))
     valid_arrays(RunLayout.of(cfg), list(cfg.corpus.domains))
     task = ray.remote(_pretrain_task)
-    resources = {**run_resources(train), "max_retries": 0}
+    # A task lost with its node is run again elsewhere, resuming from the run's checkpoints (shared storage): as many
+    # times as the run may fail (an error raised by the run itself is not retried).
+    resources = {**run_resources(train), "max_retries": train.max_failures}
     if train.numerics == "pinned" and not train.num_workers:
         # workers of their own, started pinned: never one that already ran a kernel (Train's workers pin themselves)
         resources["runtime_env"] = {"env_vars": pinned_environment()}
     refs: dict[str, ray.ObjectRef] = {}
-    for run in runs:
-        teachers = [refs[run.teacher]] if run.teacher in refs else []
-        # named after the run: the dashboard's task list and timeline say which run each process is
-        refs[run.name] = task.options(name=f"pretrain:{run.name}", **resources).remote(run_config(cfg, run), *teachers)
-    pending = list(refs.values())
-    while pending:  # a line per finished run: where the pretraining stands, k of N, and the time left
+    waiting, pending, finished = list(runs), [], 0
+    window = cfg.sweep.max_concurrent_runs or len(runs)
+    while waiting or pending:
+        while waiting and len(pending) < window:  # in plan order: a teacher is submitted before its student
+            run = waiting.pop(0)
+            teachers = [refs[run.teacher]] if run.teacher in refs else []
+            # named after the run: the dashboard's task list and timeline say which run each process is
+            refs[run.name] = task.options(name=f"pretrain:{run.name}", **resources).remote(run_config(cfg, run),
+                                                                                          *teachers)
+            pending.append(refs[run.name])
         done, pending = ray.wait(pending, num_returns=1)
         name = ray.get(done[0])  # raises the run's error here
-        progress.update(len(runs) - len(pending))
+        finished += 1
+        progress.update(finished)  # a line per finished run: where the pretraining stands, k of N, the time left
         log.info(f"{progress.line()}; last: {name}")
 
 
@@ -358,7 +365,8 @@ def specialize_trial(config: dict, job: SweepJob, runs: dict[str, PretrainRun], 
     if t.teacher:  # the teacher specialized the teacher run's last snapshot (sweep.large_steps)
         teacher = read_manifest(teacher_output(cfg, t).dir)
         teacher_snapshot = layout.pretrained(t.teacher_run).read_snapshots()[runs[t.teacher_run].steps]
-    result = row(t, m, snapshot, teacher, teacher_snapshot)
+    trunk = read_manifest(layout.pretrained(t.source).dir)
+    result = row(t, m, snapshot, teacher, teacher_snapshot, pretrained_on=trunk.get("ran", {}).get("node"))
     atomic_write_json(row_path(job, t), {"key": trial_key(job, t), "row": result})
     ray.tune.report(result)
 
@@ -489,7 +497,9 @@ def run_wave(cfg: SweepJob, trials: list[Trial], wave: int, runs: dict[str, Pret
                                scheduler=scheduler, max_concurrent_trials=concurrency(cfg),
                                reuse_actors=not cfg.specialize.train.num_workers,
                                trial_name_creator=trial_name, trial_dirname_creator=trial_name),
+        # a trial lost with its node (or its workers) runs again from its start: specializations are short
         run_config=TuneRunConfig(name=name, storage_path=storage, progress_reporter=trial_table(),
+                                 failure_config=ray.tune.FailureConfig(max_failures=cfg.specialize.train.max_failures),
                                  verbose=1, callbacks=[JsonLoggerCallback(), CSVLoggerCallback(),
                                                        TrialEvents(wave, len(pending), out / "trial_logs")]),
     )
