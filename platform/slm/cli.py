@@ -145,6 +145,8 @@ def cmd_sweep(args) -> int:
     from slm.tune.sweep import plan_sweep
 
     cfg = _load(args.job, list(args.overrides))
+    if args.nodes < 1 or (args.nodes > 1 and not (args.dry_run and args.probe)):
+        raise SystemExit("slm sweep: --nodes N (≥ 1) goes with --dry-run --probe: the estimate on N machines like this one")
     if args.dry_run:
         p = plan_sweep(cfg, check_data=False)
         print(format_plan(p))
@@ -152,7 +154,7 @@ def cmd_sweep(args) -> int:
         if args.probe:
             from slm.tune.estimate import format_estimate, probe_and_estimate
 
-            written["wall_estimate"] = probe_and_estimate(cfg, p)  # beside the plan: Plan.from_json skips it
+            written["wall_estimate"] = probe_and_estimate(cfg, p, args.nodes)  # beside the plan: from_json skips it
             print(format_estimate(written["wall_estimate"]))
         if args.noise_from:
             from slm.analysis.power import format_power_of, power_from
@@ -330,6 +332,8 @@ def parser() -> argparse.ArgumentParser:
     sweep.add_argument("--probe", action="store_true",
                        help="with --dry-run: time the plan's models on this machine (a minute or two) and estimate "
                             "the sweep's wall time from that")
+    sweep.add_argument("--nodes", type=int, default=1,
+                       help="with --dry-run --probe: also estimate the sweep on this many machines like this one")
     sweep.add_argument("--plan-out", help="with --dry-run: also write the plan as JSON (the rows `slm report --plan` "
                                           "checks a study's tables against)")
     sweep.add_argument("--noise-from", metavar="TABLE",

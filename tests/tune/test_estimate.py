@@ -67,3 +67,22 @@ def test_a_real_probe_measures_every_item(tmp_path, ray_local):
     assert set(e["rates"]) == {"pretrain:generic:d1", "pretrain:mixture:d1", "specialize:d1"}
     assert all(r["step_s"] > 0 and r["eval_tokens_per_s"] > 0 for r in e["rates"].values())
     assert e["tune"]["per_trial_s"] >= 0 and e["total_s"] > e["pretrain_s"] > 0
+
+
+def test_the_replay_on_several_machines_fills_their_slots(tmp_path):
+    """Issue 66: `--nodes N` replays the plan on N machines like this one, N × the slots: never slower than one,
+    and the list schedule of every slot (four seeds' runs of one method, each on a slot of its own at 4 × 1)."""
+    from slm.tune.estimate import format_estimate
+
+    cfg = load_job(SPEC, [f"run.root={tmp_path}", "sweep.seeds=[0, 1, 2, 3]", "sweep.methods=[generic]",
+                          "pretrain.train.eval_every=0", "pretrain.train.checkpoint_every=0"])
+    p = plan_sweep(cfg, check_data=False)
+    rates = {"pretrain:generic:d2": Rate(step_s=1.0, eval_tokens_per_s=1000.0, setup_s=2.0, save_s=0.5),
+             "specialize:d2": Rate(step_s=0.5, eval_tokens_per_s=2000.0, setup_s=1.0, save_s=0.25)}
+    tune = {"per_trial_s": 3.0, "per_wave_s": 10.0}
+    one, four = estimate(cfg, p, rates, tune, slots=1), estimate(cfg, p, rates, tune, slots=4)
+    assert len(p.runs) == 4 and four["pretrain_s"] == pytest.approx(one["pretrain_s"] / 4)
+    assert four["trials_s"] < one["trials_s"]
+    shown = format_estimate({**one, "rates": {}, "tune": tune, "probe_s": 0.0,
+                             "cluster": {"nodes": 4, **{k: four[k] for k in ("pretrain_s", "trials_s", "total_s")}}})
+    assert "on 4 machines like this one (4 at once)" in shown and f"{one['total_s'] / four['total_s']:.2f}× faster" in shown

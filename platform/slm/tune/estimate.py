@@ -257,9 +257,12 @@ def estimate(cfg: SweepJob, plan: Plan, rates: dict[str, Rate], tune: dict, slot
             "valid_tokens": valid, "slots": slots}
 
 
-def probe_and_estimate(cfg: SweepJob, plan: Plan) -> dict:
+def probe_and_estimate(cfg: SweepJob, plan: Plan, nodes: int = 1) -> dict:
     """The probe (``slots`` = the cores ÷ a run's CPUs, as the sweep schedules), Tune's overhead, the
-    estimate; with what was measured, so that a later check can see where it was off."""
+    estimate; with what was measured, so that a later check can see where it was off. ``nodes`` > 1: the same
+    plan also replayed on that many machines like this one (``slots`` each: the sweep places runs and trials on
+    any node, issue 66), beside the one-machine estimate; what moving models and data between nodes costs is not
+    in it."""
     from slm.runtime import init_ray
 
     cpus = os.cpu_count() or 1
@@ -269,6 +272,9 @@ def probe_and_estimate(cfg: SweepJob, plan: Plan) -> dict:
     init_ray(cfg.ray)
     tune = tune_overhead(slots, cfg.specialize.train.cpus_per_worker)
     result = estimate(cfg, plan, rates, tune, slots)
+    if nodes > 1:
+        cluster = estimate(cfg, plan, rates, tune, slots * nodes)
+        result["cluster"] = {"nodes": nodes, **{k: cluster[k] for k in ("pretrain_s", "trials_s", "total_s")}}
     return {**result, "rates": {k: asdict(v) for k, v in rates.items()}, "tune": tune,
             "probe_s": time.perf_counter() - started}
 
@@ -282,4 +288,10 @@ def format_estimate(e: dict) -> str:
     lines.append(f"estimated wall time: pretraining {e['pretrain_s'] / 60:.1f} min + trials {e['trials_s'] / 60:.1f} min "
                  f"(≈{e['mean_trial_s']:.1f}s each) = {e['total_s'] / 60:.1f} min, data stages not included"
                  + (f"; valid splits of {unknown} not packed yet: evaluations assume eval_tokens" if unknown else ""))
+    if "cluster" in e:
+        c = e["cluster"]
+        lines.append(f"on {c['nodes']} machines like this one ({c['nodes'] * e['slots']} at once): pretraining "
+                     f"{c['pretrain_s'] / 60:.1f} min + trials {c['trials_s'] / 60:.1f} min = {c['total_s'] / 60:.1f} min "
+                     f"({e['total_s'] / c['total_s']:.2f}× faster than one; moving models and data between nodes not "
+                     "included)")
     return "\n".join(lines)
