@@ -35,3 +35,23 @@ def test_every_script_is_indexed_as_what_names_it():
         docs, tests = named_by(script)
         assert rows[script] == (docs, tests), f"{script}: the index says {rows[script]}, the tree {(docs, tests)}"
         assert docs or tests or script in HELPERS, f"{script}: no page quotes it and no test runs it: retire it"
+
+
+def test_the_scripts_reach_the_platform_through_its_public_names():
+    """Issue 65: a benchmark imports what the package offers (modules and names without a leading underscore),
+    never a private helper, so that a refactor inside a module cannot silently break a script the docs quote."""
+    import ast
+
+    private = []
+    for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        for node in ast.walk(ast.parse(script.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("slm"):
+                names = [*(node.module or "").split("."), *(a.name for a in node.names)]
+                private += [f"{script.name}: from {node.module} import {n}" for n in names if n.startswith("_")]
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                base = node.value
+                while isinstance(base, ast.Attribute):
+                    base = base.value
+                if isinstance(base, ast.Name) and base.id == "slm":
+                    private.append(f"{script.name}: {ast.unparse(node)}")
+    assert private == [], private
