@@ -32,7 +32,7 @@ def sweep(run_dir: Path, name: str, address: str, steps: int, seeds: list[int], 
                  "pretrain.train.optim.schedule=cosine", "pretrain.train.checkpoint_every=0"]
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "slm.cli", "sweep", "jobs/sweeps/quickstart.yaml", *overrides], cwd=REPO,
-                   check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                   check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=sys.stderr)  # stdout: the JSON only
     wall = time.perf_counter() - started
     runs = sorted((run_dir / "sweeps" / name / "checkpoints").glob("*-seed*"))
     spans = {r.name: json.loads((r / "manifest.json").read_text())["ran"] for r in runs}

@@ -37,7 +37,7 @@ import ray
 from slm.train.config import TrainConfig
 from slm.tune.sweep import run_resources
 
-ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
+ray.init(address="local", num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)
 
 @ray.remote
 def run(seconds):
