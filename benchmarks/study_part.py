@@ -65,6 +65,7 @@ def main() -> None:
     config = subprocess.run([slm, "config", str(spec), *overrides], check=True, capture_output=True, text=True,
                             cwd=ROOT).stdout
     run_dir = ROOT / _value(config, "root", "run") / _value(config, "name", "run")
+    sweep_name = _value(config, "name", "sweep")  # <study>-seed<S>[-<P>] unless an override names it
     if args.max_minutes:
         minutes = probe_minutes(slm, spec, overrides)
         if minutes > args.max_minutes:
@@ -74,7 +75,7 @@ def main() -> None:
     started = time.time()
     rc = subprocess.run([slm, "run", str(spec), *overrides], cwd=ROOT, env=os.environ).returncode
     wall = time.time() - started
-    sweep = run_dir / "sweeps" / name
+    sweep = run_dir / "sweeps" / sweep_name
     if rc and not (sweep / "results.parquet").exists():
         raise SystemExit(f"slm run exited {rc} before the sweep wrote its table: nothing to commit (rerun: it resumes)")
     out = Path(args.out) / name.removeprefix(f"{study}-")  # seed0, or seed0-a for a part
