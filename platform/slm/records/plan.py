@@ -45,6 +45,8 @@ class PretrainRun:
     flops: float = 0.0  # what the run costs to train, its cooldown branches included
     # sweep.axes: the value of each pretrain.* axis this run trains at, as (config key, value) pairs
     axes: tuple[tuple[str, Any], ...] = ()
+    # sweep.per_method: its method's own pretrain.* settings, as (config key, value) pairs
+    own: tuple[tuple[str, Any], ...] = ()
     # Under a WSD schedule, the budgets below ``steps`` trained as cooldown branches from this run (each a
     # fully trained model, its snapshot), and the steps those branches train beyond the trunk (their decays).
     branches: tuple[int, ...] = ()
@@ -71,6 +73,8 @@ class Setting:
     role: TrialRole
     expert: int | None = None  # C6: the SLM-mix expert fine-tuned
     axes: tuple[tuple[str, Any], ...] = ()  # sweep.axes: every axis's value, (config key, value) pairs
+    # sweep.per_method: its source run's own pretrain.* settings and its method's own specialize.* ones
+    own: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,7 +99,7 @@ class Trial(Setting):
 # plan.json's key order for a trial, as plans were written before ``Setting``: a plan read and written
 # again (``slm report --tables`` combining parts) keeps its bytes.
 TRIAL_JSON = ("source", "method", "size", "pretrain_steps", "domain", "domain_tokens", "specialize_steps", "seed",
-              "setting", "name", "role", "expert", "teacher", "teacher_run", "wave", "flops", "axes")
+              "setting", "name", "role", "expert", "teacher", "teacher_run", "wave", "flops", "axes", "own")
 
 
 @dataclass(frozen=True)
@@ -160,9 +164,10 @@ class Plan:
     def to_json(self) -> dict:
         d = asdict(self)
         d["trials"] = [{k: t[k] for k in TRIAL_JSON} for t in d["trials"]]
-        for item in [*d["runs"], *d["trials"]]:  # a plan without axes is written as before them
-            if not item["axes"]:
-                del item["axes"]
+        for item in [*d["runs"], *d["trials"]]:  # a plan without axes or own settings is written as before them
+            for key in ("axes", "own"):
+                if not item[key]:
+                    del item[key]
         if not d["vocab_size"]:  # a plan from before issue 45 is written back as it was read
             del d["vocab_size"]
         if not d["kernels"]:  # nor one from before issue 63
@@ -173,9 +178,10 @@ class Plan:
     def from_json(cls, d: dict) -> Plan:
         """A plan as ``to_json`` wrote it (``plan.json``)."""
         return cls(runs=tuple(PretrainRun(**{**r, "snapshots": tuple(r["snapshots"]),
-                                             "branches": tuple(r.get("branches", ())), "axes": axes_of(r)})
+                                             "branches": tuple(r.get("branches", ())), "axes": axes_of(r),
+                                             "own": axes_of(r, "own")})
                               for r in d["runs"]),
-                   trials=tuple(Trial(**{**t, "axes": axes_of(t)}) for t in d["trials"]),
+                   trials=tuple(Trial(**{**t, "axes": axes_of(t), "own": axes_of(t, "own")}) for t in d["trials"]),
                    sizes={k: SizeCost(**v) for k, v in d["sizes"].items()}, small=d["small"], large=d["large"],
                    histogram_entropy=dict(d.get("histogram_entropy") or {}),
                    estimate=Estimate(**d["estimate"]) if d.get("estimate") else None,
@@ -183,9 +189,9 @@ class Plan:
                    vocab_size=int(d.get("vocab_size", 0)), kernels=dict(d.get("kernels") or {}))
 
 
-def axes_of(item: dict) -> tuple[tuple[str, Any], ...]:
-    """A run's or trial's axis values as plan.json lists them (pairs), back as the plan's tuples."""
-    return tuple((key, value) for key, value in item.get("axes", ()))
+def axes_of(item: dict, key: str = "axes") -> tuple[tuple[str, Any], ...]:
+    """A run's or trial's axis values (or own settings) as plan.json lists them (pairs), back as the plan's tuples."""
+    return tuple((k, value) for k, value in item.get(key, ()))
 
 
 def seed_suffix(seed: int | None) -> str:

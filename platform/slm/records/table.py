@@ -56,7 +56,8 @@ def row(t: Trial, m: dict, snapshot: Snapshot, teacher: dict | None = None,
         spec_seconds += teacher["cost"]["device_seconds"]
     d = t.domain
     setting = asdict(t.as_setting())
-    axes = dict(setting.pop("axes"))  # each axis a column under its config key (sweep.axes)
+    # each axis and each method's own setting a column under its config key (sweep.axes, sweep.per_method)
+    axes = dict(setting.pop("axes")) | dict(setting.pop("own"))
     return {
         "trial": t.name, "seed": t.seed, **setting, **axes,  # the setting's columns, as the plan names them
         "params": m["params"], "inference_flops_per_token": m["inference_flops_per_token"],
@@ -77,7 +78,8 @@ def row(t: Trial, m: dict, snapshot: Snapshot, teacher: dict | None = None,
 
 
 def axis_columns(rows: list[dict]) -> list[str]:
-    """The columns of a table's axes (``sweep.axes``): named by their config keys, the only dotted columns."""
+    """The columns of a table's axes and own settings (``sweep.axes``, ``sweep.per_method``): named by their config
+    keys, the only dotted columns."""
     return sorted({k for r in rows for k in r if "." in k})
 
 

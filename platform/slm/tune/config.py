@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from slm import methods
 from slm.config import ConfigError, check_name
 from slm.models.config import size_config
 from slm.train.config import TrainJob
@@ -61,6 +62,12 @@ class SweepConfig:
     # specialize.* axis only the trials (they reuse the runs); each run and trial is named after its values
     # (-lr0.003), and each axis is a column of the results table (docs/budgets.md, "Axes").
     axes: dict[str, Any] = field(default_factory=dict)  # key → list of values; nested sections are flattened
+    # Each method's own settings (issue 63: each method at its own learning rate), by method or method@size:
+    # {mixture: {pretrain.train.optim.lr: 5e-3}, generic@d1: {…}}. A method's runs train at its pretrain.*
+    # settings, the trials that start from them carry those and train at its specialize.* settings (the
+    # distilled student's: `distilled`); each is named after them (-lr0.005) and each key is a results column,
+    # as an axis is; runs and trials of methods not named keep their names and the spec's settings.
+    per_method: dict[str, dict[str, Any]] = field(default_factory=dict)
     inference_budget: float = 0.0  # the largest inference FLOPs per token a size may cost (0: no limit)
     scheduler: Literal["fifo", "asha"] = "fifo"  # asha: stop weak specializations early (metric: loss)
     max_concurrent_trials: int = 0  # 0: the cluster's CPUs (GPUs) ÷ what one trial's workers take
@@ -73,6 +80,8 @@ class SweepConfig:
     def __post_init__(self) -> None:
         # `sweep.axes.pretrain.train.optim.lr=[…]` on the command line arrives as nested sections: one key each
         self.axes = dict(_flattened(self.axes))
+        self.per_method = {who: dict(_flattened(settings)) if isinstance(settings, dict) else settings
+                           for who, settings in self.per_method.items()}
 
     def validate(self, prefix: str = "") -> None:
         for key, values in self.axes.items():
@@ -87,6 +96,28 @@ class SweepConfig:
                 raise ConfigError(f"{where}: a list of at least one value, got {values!r}")
             if len({repr(v) for v in values}) != len(values):
                 raise ConfigError(f"{where}: a value is given twice in {values}")
+        for who, settings in self.per_method.items():
+            where = f"config key '{prefix}per_method.{who}'"
+            method, _, size = who.partition("@")
+            if method not in [*methods.names(), methods.DISTILLED]:
+                raise ConfigError(f"{where}: no method {method!r} (registered: {[*methods.names(), methods.DISTILLED]})")
+            if size:
+                size_config(size, f"{prefix}per_method.{who}")
+            if not isinstance(settings, dict) or not settings:
+                raise ConfigError(f"{where}: settings by config key, e.g. {{pretrain.train.optim.lr: 5.0e-3}}, "
+                                  f"got {settings!r}")
+            for key, value in settings.items():
+                at = f"config key '{prefix}per_method.{who}.{key}'"
+                if not key.startswith(AXIS_SECTIONS):
+                    raise ConfigError(f"{at}: a method's own setting is one of "
+                                      f"{' or '.join(s.rstrip('.') for s in AXIS_SECTIONS)}")
+                owner = next((a for keys, a in PLANNED_KEYS.items() if key == keys or key.startswith(keys + ".")), None)
+                if owner:
+                    raise ConfigError(f"{at}: the sweep sets it for every run and trial; use {owner}")
+                if key in self.axes:
+                    raise ConfigError(f"{at}: also an axis (sweep.axes.{key}); a setting is one or the other")
+                if isinstance(value, (list, dict)):
+                    raise ConfigError(f"{at}: one value (an axis takes lists: sweep.axes), got {value!r}")
         check_name(self.name, f"{prefix}name")  # folders under the run directory: never a path out of it
         check_name(self.output, f"{prefix}output")
         for size in self.sizes:

@@ -76,6 +76,14 @@ def check_spec(sw: SweepConfig) -> None:
                              f"{methods.BASELINE} small model: add {methods.BASELINE}")
     if sw.all_experts and methods.SLM_MIX not in compared:
         raise SweepSpecError(f"config key 'sweep.all_experts': needs {methods.SLM_MIX} in sweep.methods")
+    trained = set(compared) | ({methods.DISTILLED} if sw.distill else set())
+    sizes = {*sw.sizes, *([sw.large_size] if sw.large_size else [])}
+    for who in sw.per_method:
+        method, _, size = who.partition("@")
+        if method not in trained or (size and size not in sizes):
+            raise SweepSpecError(f"config key 'sweep.per_method.{who}': this sweep trains no {method} "
+                                 + (f"at {size} " if size else "") + f"(its methods {sorted(trained)}, sizes "
+                                 f"{sorted(sizes)}): a setting of nothing is a mistake")
 
 
 def pretrain_name(method: str, size: str, domain: str | None) -> str:
@@ -124,19 +132,18 @@ def make_plan(sw: SweepConfig, inputs: PlanInputs, histogram_entropy: dict[str, 
     the sizes against the inference budget and each other). ``sweep.axes`` crosses the whole design with
     every combination of the axes' values (``axis_points``): a pretraining run once per combination of the
     ``pretrain.*`` axes (a ``specialize.*`` axis reuses it), a trial once per combination of all of them, each
-    named after its values (``-lr0.003``) and carrying them (``axes``)."""
+    named after its values (``-lr0.003``) and carrying them (``axes``); ``sweep.per_method`` gives a method its
+    own settings the same way (``at_point``)."""
     check_spec(sw)
-    labels = axis_labels(list(sw.axes))
+    labels = axis_labels(sorted(set(sw.axes) | {k for settings in sw.per_method.values() for k in settings}))
     runs: dict[str, PretrainRun] = {}
     trials: dict[str, Trial] = {}
     grid_runs, grid_trials, small, large = _design(sw, inputs)  # the same at every point of the axes
     for point in axis_points(sw.axes):
-        pre = tuple((k, v) for k, v in point if k.startswith("pretrain."))
-        for r in grid_runs:
-            r = at_axes_run(r, pre, labels)
+        at_runs, at_trials = at_point(grid_runs, grid_trials, point, sw.per_method, labels)
+        for r in at_runs:
             runs.setdefault(r.name, r)
-        for t in grid_trials:
-            t = at_axes_trial(t, pre, point, labels)
+        for t in at_trials:
             trials.setdefault(t.name, t)
     # A teacher trains before its student: SALT's runs after the grid's.
     run_list = tuple(sorted(runs.values(), key=lambda r: r.teacher is not None))
@@ -169,17 +176,37 @@ def _at(name: str | None, seed: int | None, suffix: str) -> str | None:
     return (name[: -len(tail)] if tail else name) + suffix + tail
 
 
-def at_axes_run(run: PretrainRun, pre: tuple[tuple[str, Any], ...], labels: dict[str, str]) -> PretrainRun:
-    suffix = axis_suffix(pre, labels)
-    return replace(run, name=_at(run.name, run.seed, suffix), teacher=_at(run.teacher, run.seed, suffix), axes=pre)
+def own_settings(per_method: dict[str, dict[str, Any]], method: str, size: str, section: str
+                 ) -> tuple[tuple[str, Any], ...]:
+    """The settings of ``section`` (``pretrain.`` or ``specialize.``) that ``sweep.per_method`` gives a method
+    at a size: ``<method>@<size>``'s over ``<method>``'s, keys sorted."""
+    own = {**per_method.get(method, {}), **per_method.get(f"{method}@{size}", {})}
+    return tuple(sorted((k, v) for k, v in own.items() if k.startswith(section)))
 
 
-def at_axes_trial(t: Trial, pre: tuple[tuple[str, Any], ...], point: tuple[tuple[str, Any], ...],
-                  labels: dict[str, str]) -> Trial:
-    run_suffix, suffix = axis_suffix(pre, labels), axis_suffix(point, labels)
-    return replace(t, setting=t.setting + suffix, name=_at(t.name, t.seed, suffix),
-                   source=_at(t.source, t.seed, run_suffix), teacher=_at(t.teacher, t.seed, suffix),
-                   teacher_run=_at(t.teacher_run, t.seed, run_suffix), axes=point)
+def at_point(grid_runs: list[PretrainRun], grid_trials: list[Trial], point: tuple[tuple[str, Any], ...],
+             per_method: dict[str, dict[str, Any]], labels: dict[str, str]) -> tuple[list[PretrainRun], list[Trial]]:
+    """The design at one point of the axes, each run and trial also at its method's own settings
+    (``sweep.per_method``, their ``own``): a run trains at the ``pretrain.*`` axes' values and its method's own
+    ``pretrain.*`` settings; a trial at every axis's value, its source run's own settings and its own method's
+    ``specialize.*`` settings. Each is named after the values it carries (``-lr0.005``; a run with none keeps
+    its name), and every reference (a trial's source, teacher and teacher run, a SALT run's teacher) follows
+    the name of what it refers to."""
+    pre = tuple((k, v) for k, v in point if k.startswith("pretrain."))
+    run_own = {r.name: own_settings(per_method, r.method, r.size, "pretrain.") for r in grid_runs}
+    run_name = {r.name: _at(r.name, r.seed, axis_suffix(tuple(sorted(pre + run_own[r.name])), labels))
+                for r in grid_runs}
+    trial_own = {t.name: tuple(sorted(run_own[t.source] + own_settings(per_method, t.method, t.size, "specialize.")))
+                 for t in grid_trials}
+    trial_suffix = {t.name: axis_suffix(tuple(sorted(point + trial_own[t.name])), labels) for t in grid_trials}
+    trial_name = {t.name: _at(t.name, t.seed, trial_suffix[t.name]) for t in grid_trials}
+    at_runs = [replace(r, name=run_name[r.name], teacher=r.teacher and run_name[r.teacher], axes=pre,
+                       own=run_own[r.name]) for r in grid_runs]
+    at_trials = [replace(t, setting=t.setting + trial_suffix[t.name], name=trial_name[t.name],
+                         source=run_name[t.source], teacher=t.teacher and trial_name[t.teacher],
+                         teacher_run=t.teacher_run and run_name[t.teacher_run], axes=point, own=trial_own[t.name])
+                 for t in grid_trials]
+    return at_runs, at_trials
 
 
 def _design(sw: SweepConfig, inputs: PlanInputs) -> tuple[list[PretrainRun], list[Trial], str, str | None]:

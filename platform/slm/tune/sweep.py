@@ -131,7 +131,7 @@ def plan_sweep(cfg: SweepJob, check_data: bool = True) -> Plan:
     directory holds: its tokenizer's vocabulary for the sizes' FLOPs, its packed data (checked unless
     ``check_data=False``: a dry run on another machine than the cluster's), the peak of this machine."""
     check_spec(cfg.sweep)
-    sw = replace(cfg.sweep, axes=typed_axes(cfg))
+    sw = replace(cfg.sweep, axes=typed_axes(cfg), per_method=typed_per_method(cfg))
     domains = sw.domains or cfg.resample.all_domains
     if check_data:
         _check_data(cfg, domains)
@@ -189,31 +189,47 @@ def with_axes(cfg: SweepJob, axes: tuple[tuple[str, Any], ...]) -> SweepJob:
     return cfg
 
 
+def typed_value(cfg: SweepJob, key: str, value: Any, where: str) -> Any:
+    """A value of config key ``key`` checked against the job (``where`` named when it does not make a valid
+    job) and given the type the key has: YAML reads ``3e-3`` as text, the config a float."""
+    try:
+        job = with_axes(cfg, ((key, value),))
+    except ConfigError as err:
+        raise SweepSpecError(f"{where}: the value {value!r} does not make a valid job: {err}") from err
+    return setting_of(job, key)
+
+
+def setting_of(cfg: SweepJob, key: str) -> Any:
+    """The job's value at a dotted config key, as the YAML says it (a method's settings under its name:
+    ``pretrain.model.soup.experts``)."""
+    setting = to_dict(cfg)
+    for part in key.split("."):
+        setting = setting[part]
+    return setting
+
+
 def typed_axes(cfg: SweepJob) -> dict[str, list[Any]]:
     """Every axis value checked against the job before anything runs (``sweep.axes.<key>`` named when one
-    does not make a valid job) and given the type the key has: YAML reads ``3e-3`` as text, the config a float."""
+    does not make a valid job) and typed (``typed_value``)."""
     typed: dict[str, list[Any]] = {}
     for key, values in cfg.sweep.axes.items():
-        typed[key] = []
-        for value in values:
-            try:
-                job = with_axes(cfg, ((key, value),))
-            except ConfigError as err:
-                raise SweepSpecError(f"config key 'sweep.axes.{key}': the value {value!r} does not make a valid "
-                                     f"job: {err}") from err
-            setting = to_dict(job)  # as the YAML says it: a method's settings under its name (pretrain.model.soup)
-            for part in key.split("."):
-                setting = setting[part]
-            typed[key].append(setting)
+        typed[key] = [typed_value(cfg, key, value, f"config key 'sweep.axes.{key}'") for value in values]
         if len({repr(v) for v in typed[key]}) != len(typed[key]):
             raise SweepSpecError(f"config key 'sweep.axes.{key}': a value is given twice in {typed[key]}")
     return typed
 
 
+def typed_per_method(cfg: SweepJob) -> dict[str, dict[str, Any]]:
+    """Each method's own settings (``sweep.per_method``) checked and typed as an axis's values are."""
+    return {who: {key: typed_value(cfg, key, value, f"config key 'sweep.per_method.{who}.{key}'")
+                  for key, value in settings.items()}
+            for who, settings in cfg.sweep.per_method.items()}
+
+
 def run_config(cfg: SweepJob, run: PretrainRun) -> SweepJob:
     """The job a sweep's pretraining run is: its axis values, method, size, domain, budget, snapshots, seed,
     teacher (``dataclasses.replace`` on the typed sections: no value goes through text but an axis's)."""
-    cfg = with_axes(cfg, run.axes)
+    cfg = with_axes(cfg, run.axes + run.own)
     p, size = cfg.pretrain, size_config(run.size)
     train = replace(p.train, budget=BudgetConfig(steps=run.steps),
                     seed=p.train.seed if run.seed is None else run.seed,
@@ -326,7 +342,7 @@ def pretrain_all(cfg: SweepJob, runs: tuple[PretrainRun, ...]) -> None:
 def trial_config(cfg: SweepJob, t: Trial) -> SweepJob:
     """The job a trial is: the snapshot it specializes, its domain, data and step budgets, seed, expert
     (C6) and teacher (distillation: wave 1's specialized large model for the same cell and seed)."""
-    cfg = with_axes(cfg, t.axes)
+    cfg = with_axes(cfg, t.axes + t.own)
     s = cfg.specialize
     train = replace(s.train, budget=BudgetConfig(steps=t.specialize_steps),
                     seed=s.train.seed if t.seed is None else t.seed)
@@ -546,6 +562,9 @@ def run_sweep(cfg: SweepJob) -> dict:
         failed += errors
         if failed:  # a later wave reads this one's models
             break
+    for key in {k for settings in cfg.sweep.per_method.values() for k in settings}:
+        for r in results:  # a method without its own setting trained at the spec's (and a row kept from before says none)
+            r.setdefault(key, setting_of(cfg, key))
     table = write_table(results, out)
     if results:
         write_hparams(results, out / "tensorboard")
