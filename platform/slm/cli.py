@@ -147,6 +147,9 @@ def cmd_sweep(args) -> int:
     cfg = _load(args.job, list(args.overrides))
     if args.nodes < 1 or (args.nodes > 1 and not (args.dry_run and args.probe)):
         raise SystemExit("slm sweep: --nodes N (≥ 1) goes with --dry-run --probe: the estimate on N machines like this one")
+    if bool(args.gpus) != bool(args.gpu_rates) or (args.gpus and not (args.dry_run and args.probe)) \
+            or any(n < 1 for n in args.gpus or []):
+        raise SystemExit("slm sweep: --gpus N [N …] (≥ 1) and --gpu-rates FILE go together, with --dry-run --probe")
     if args.dry_run:
         p = plan_sweep(cfg, check_data=False)
         print(format_plan(p))
@@ -154,7 +157,9 @@ def cmd_sweep(args) -> int:
         if args.probe:
             from slm.tune.estimate import format_estimate, probe_and_estimate
 
-            written["wall_estimate"] = probe_and_estimate(cfg, p, args.nodes)  # beside the plan: from_json skips it
+            gpu_rates = json.loads(Path(args.gpu_rates).read_text()) if args.gpu_rates else None
+            written["wall_estimate"] = probe_and_estimate(cfg, p, args.nodes, tuple(args.gpus or ()), gpu_rates)
+            # (beside the plan: Plan.from_json skips it)
             print(format_estimate(written["wall_estimate"]))
         if args.noise_from:
             from slm.analysis.power import format_power_of, power_from
@@ -334,6 +339,12 @@ def parser() -> argparse.ArgumentParser:
                             "the sweep's wall time from that")
     sweep.add_argument("--nodes", type=int, default=1,
                        help="with --dry-run --probe: also estimate the sweep on this many machines like this one")
+    sweep.add_argument("--gpus", type=int, nargs="+",
+                       help="with --dry-run --probe --gpu-rates: also estimate the sweep on each of these counts of "
+                            "that GPU (runs to a GPU: 1 / train.gpus_per_worker)")
+    sweep.add_argument("--gpu-rates", metavar="FILE",
+                       help="a GPU's measured step times (benchmarks/gpu.py's JSON, e.g. "
+                            "benchmarks/results/gpu_h200.json)")
     sweep.add_argument("--plan-out", help="with --dry-run: also write the plan as JSON (the rows `slm report --plan` "
                                           "checks a study's tables against)")
     sweep.add_argument("--noise-from", metavar="TABLE",

@@ -86,3 +86,35 @@ def test_the_replay_on_several_machines_fills_their_slots(tmp_path):
     shown = format_estimate({**one, "rates": {}, "tune": tune, "probe_s": 0.0,
                              "cluster": {"nodes": 4, **{k: four[k] for k in ("pretrain_s", "trials_s", "total_s")}}})
     assert "on 4 machines like this one (4 at once)" in shown and f"{one['total_s'] / four['total_s']:.2f}× faster" in shown
+
+
+def test_the_replay_on_gpus_uses_their_measured_steps_between_two_bounds(tmp_path):
+    """Issue 66: `--gpus 1 8 --gpu-rates benchmarks/results/gpu_h200.json` replays the second edition's plan with
+    the H200's measured step times, N × 1/gpus_per_worker runs at once, bounded by runs as fast as alone and
+    runs that split the device; a spec at other shapes than the GPU's measured ones is refused."""
+    import json
+
+    from slm.tune.estimate import format_estimate, on_gpus
+
+    study = Path(__file__).parents[2] / "jobs" / "sweeps" / "study2.yaml"
+    measured = json.loads((Path(__file__).parents[2] / "benchmarks" / "results" / "gpu_h200.json").read_text())
+    cfg = load_job(study, [f"run.root={tmp_path}", "sweep.seeds=[0]", "pretrain.train.gpus_per_worker=0.125",
+                           "specialize.train.gpus_per_worker=0.125"])
+    p = plan_sweep(cfg, check_data=False)
+    host = {k: Rate(step_s=0.2, eval_tokens_per_s=50_000.0, setup_s=2.0, save_s=0.1)
+            for k in ["pretrain:generic:d1", "pretrain:importance:d1", "pretrain:mixture:d1", "pretrain:projected:d1",
+                      "pretrain:soup:d1", "pretrain:generic:d2", "specialize:d1", "specialize:d2"]}
+    tune = {"per_trial_s": 1.0, "per_wave_s": 5.0}
+    g = on_gpus(cfg, p, host, tune, measured, (1, 8))
+    assert g["device"] == "NVIDIA H200" and g["runs_per_gpu"] == 8 == g["trials_per_gpu"]
+    one, eight = g["by_count"]["1"], g["by_count"]["8"]
+    assert eight["alone"]["total_s"] < one["alone"]["total_s"] <= one["split"]["total_s"]
+    assert eight["alone"]["total_s"] <= eight["split"]["total_s"]
+    # the longest run bounds the makespan from below: d1's trunk and its branches at the H200's fp32 step
+    d1 = next(r for r in p.runs if r.name == "generic-d1-seed0")
+    assert eight["alone"]["pretrain_s"] >= (d1.steps + d1.branch_steps) * measured["study_sizes"]["d1"]["fp32"]["step_s"]
+    shown = format_estimate({**estimate(cfg, p, host, tune, 2), "rates": {}, "tune": tune, "probe_s": 0.0, "gpus": g})
+    assert "on NVIDIA H200 GPUs (8 runs, 8 trials to a GPU" in shown and "  8 GPUs: " in shown
+    with pytest.raises(SystemExit, match=r"measured at batch × sequence × vocabulary \(32, 256, 1024\), this spec "
+                                         r"pretrains at \(16, 256, 1024\)"):
+        on_gpus(load_job(study, [f"run.root={tmp_path}", "pretrain.train.batch_size=16"]), p, host, tune, measured, (1,))

@@ -215,8 +215,10 @@ def _schedule(durations: list[tuple[str, float, str | None]], slots: int) -> flo
     return max(ended.values(), default=0.0)
 
 
-def estimate(cfg: SweepJob, plan: Plan, rates: dict[str, Rate], tune: dict, slots: int) -> dict:
-    """The plan replayed with the measured rates: seconds of pretraining, of trials, and in all."""
+def estimate(cfg: SweepJob, plan: Plan, rates: dict[str, Rate], tune: dict, slots: int,
+             trial_slots: int | None = None) -> dict:
+    """The plan replayed with the measured rates: seconds of pretraining, of trials, and in all; trials on
+    ``trial_slots`` (default ``slots``)."""
     p, s = cfg.pretrain.train, cfg.specialize.train
     valid = valid_tokens(cfg)
     runs = []
@@ -251,18 +253,20 @@ def estimate(cfg: SweepJob, plan: Plan, rates: dict[str, Rate], tune: dict, slot
                             / rates[f"specialize:{plan.large}"].eval_tokens_per_s)
             per_trial[t.name] = seconds
             durations.append((t.name, seconds, None))
-        trials_s += tune["per_wave_s"] + _schedule(durations, slots)
+        trials_s += tune["per_wave_s"] + _schedule(durations, trial_slots or slots)
     return {"pretrain_s": pretrain_s, "trials_s": trials_s, "total_s": pretrain_s + trials_s,
             "mean_trial_s": float(np.mean(list(per_trial.values()))) if per_trial else 0.0,
             "valid_tokens": valid, "slots": slots}
 
 
-def probe_and_estimate(cfg: SweepJob, plan: Plan, nodes: int = 1) -> dict:
+def probe_and_estimate(cfg: SweepJob, plan: Plan, nodes: int = 1, gpus: tuple[int, ...] = (),
+                       gpu_rates: dict | None = None) -> dict:
     """The probe (``slots`` = the cores ÷ a run's CPUs, as the sweep schedules), Tune's overhead, the
     estimate; with what was measured, so that a later check can see where it was off. ``nodes`` > 1: the same
     plan also replayed on that many machines like this one (``slots`` each: the sweep places runs and trials on
     any node, issue 66), beside the one-machine estimate; what moving models and data between nodes costs is not
-    in it."""
+    in it. ``gpus`` with ``gpu_rates`` (a GPU's measured step times, ``benchmarks/gpu.py``'s JSON): the plan
+    replayed on each count of such GPUs (``on_gpus``)."""
     from slm.runtime import init_ray
 
     cpus = os.cpu_count() or 1
@@ -275,8 +279,57 @@ def probe_and_estimate(cfg: SweepJob, plan: Plan, nodes: int = 1) -> dict:
     if nodes > 1:
         cluster = estimate(cfg, plan, rates, tune, slots * nodes)
         result["cluster"] = {"nodes": nodes, **{k: cluster[k] for k in ("pretrain_s", "trials_s", "total_s")}}
+    if gpus:
+        result["gpus"] = on_gpus(cfg, plan, rates, tune, gpu_rates or {}, gpus)
     return {**result, "rates": {k: asdict(v) for k, v in rates.items()}, "tune": tune,
             "probe_s": time.perf_counter() - started}
+
+
+EVAL_SPEEDUP = 3.0  # an evaluation's forward per token ÷ a training step's (forward + backward) per token: assumed
+
+
+def gpu_step_rates(cfg: SweepJob, host: dict[str, Rate], measured: dict, share: int) -> dict[str, Rate]:
+    """Each probe item's rate on a GPU from its measured step times (``benchmarks/gpu.py``'s ``study_sizes``:
+    generic models at the study's sizes, a step's seconds by precision). Every method at a size is taken at the
+    generic model's step there, an evaluation's token at 1/``EVAL_SPEEDUP`` of a step's, and the set-up and saves
+    at this machine's (the host's work); ``share`` runs to a device that split its time (1: each as if alone)."""
+    sizes = measured.get("study_sizes") or {}
+    shape = (sizes.get("batch"), sizes.get("seq_len"), sizes.get("vocab"))
+    want = (cfg.pretrain.train.batch_size, cfg.pack.seq_len, cfg.tokenizer.vocab_size)
+    if shape != want:
+        raise SystemExit(f"slm sweep --gpu-rates: its step times were measured at batch × sequence × vocabulary "
+                         f"{shape}, this spec pretrains at {want}: measure its shapes (benchmarks/gpu.py)")
+    out = {}
+    for key, rate in host.items():
+        section, size = key.split(":")[0], key.split(":")[-1]
+        train = cfg.pretrain.train if section == "pretrain" else cfg.specialize.train
+        precision = "bf16" if train.precision in ("auto", "bf16") else train.precision
+        if size not in sizes or precision not in sizes[size]:
+            raise SystemExit(f"slm sweep --gpu-rates: no {precision} step time of size {size!r} in it (it has "
+                             f"{sorted(k for k in sizes if isinstance(sizes[k], dict))})")
+        step = sizes[size][precision]["step_s"] * share
+        tokens = sizes["batch"] * sizes["seq_len"]
+        out[key] = Rate(step_s=step, eval_tokens_per_s=EVAL_SPEEDUP * tokens / step, setup_s=rate.setup_s,
+                        save_s=rate.save_s)
+    return out
+
+
+def on_gpus(cfg: SweepJob, plan: Plan, host: dict[str, Rate], tune: dict, measured: dict,
+            counts: tuple[int, ...]) -> dict:
+    """The plan replayed on each count of the measured GPU: ``1 / train.gpus_per_worker`` runs (trials) to a
+    device, bounded by two assumptions about sharing — runs as fast as alone (launch-bound models leave the
+    device idle between kernels) and runs that split the device's time — the truth between them, unmeasured."""
+    runs_per, trials_per = (max(1, int(1 / t.gpus_per_worker + 1e-9)) for t in (cfg.pretrain.train, cfg.specialize.train))
+    out = {"device": measured.get("device", "?"), "runs_per_gpu": runs_per, "trials_per_gpu": trials_per,
+           "assumed": f"each method at the generic model's step time of its size; an evaluation's token at 1/"
+                      f"{EVAL_SPEEDUP:g} of a step's; set-up, saves and Tune's overhead as on this machine",
+           "by_count": {}}
+    for share, bound in ((1, "alone"), (max(runs_per, trials_per), "split")):
+        rates = gpu_step_rates(cfg, host, measured, share)
+        for n in counts:
+            e = estimate(cfg, plan, rates, tune, n * runs_per, n * trials_per)
+            out["by_count"].setdefault(str(n), {})[bound] = {k: e[k] for k in ("pretrain_s", "trials_s", "total_s")}
+    return out
 
 
 def format_estimate(e: dict) -> str:
@@ -294,4 +347,13 @@ def format_estimate(e: dict) -> str:
                      f"{c['pretrain_s'] / 60:.1f} min + trials {c['trials_s'] / 60:.1f} min = {c['total_s'] / 60:.1f} min "
                      f"({e['total_s'] / c['total_s']:.2f}× faster than one; moving models and data between nodes not "
                      "included)")
+    if "gpus" in e:
+        g = e["gpus"]
+        lines.append(f"on {g['device']} GPUs ({g['runs_per_gpu']} runs, {g['trials_per_gpu']} trials to a GPU; "
+                     f"assumed: {g['assumed']}):")
+        for n, bounds in g["by_count"].items():
+            a, b = bounds["alone"], bounds["split"]
+            lines.append(f"  {n} GPU{'s' if n != '1' else ''}: {a['total_s'] / 60:.1f} min (pretraining "
+                         f"{a['pretrain_s'] / 60:.1f} + trials {a['trials_s'] / 60:.1f}) if runs sharing a GPU "
+                         f"go as fast as alone, {b['total_s'] / 60:.1f} min if they split its time")
     return "\n".join(lines)
