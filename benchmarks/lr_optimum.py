@@ -45,7 +45,7 @@ def main() -> None:
     rows = read_table(args.tables)
     if rows and SPECIALIZE_AXIS in rows[0]:
         losses = tuning.specialized_losses(rows, SPECIALIZE_AXIS)
-        found["specialize"] = tuning.optima(losses)
+        found["specialize"] = tuning.optima(losses, tuning.SPECIALIZE_REFERENCE_RATE)
         text.append(tuning.markdown(found["specialize"], "## Specialization rate (log perplexity, mean over domains)"))
     markdown = "# Each method's own learning rate\n\n" + "\n".join(text)
     atomic_write_text(out / "optima.md", markdown)

@@ -108,3 +108,15 @@ def test_slm_rate_proposes_a_rate_only_where_the_optimum_carried(tmp_path, slm_c
     assert "within the measured sizes" in inside
     sp = slm_cli("rate", "--tuned", str(tmp_path), "--size", "d1w256", "--parametrization", "sp").stdout
     assert "no rate proposed for d1w256 under sp" in sp and "d1w256 -2.00" in sp and "tune the rate" in sp
+
+
+def test_the_specialization_rate_is_read_against_its_own_reference():
+    """The specialization grid (2.5e-4 … 8e-3) has no 1e-2: its gain, distance and decision are from 1e-3."""
+    from slm.analysis.tuning import SPECIALIZE_REFERENCE_RATE
+
+    grid = [2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
+    by_seed = {s: {r: 2.0 + 0.05 * math.log2(r / 4e-3) ** 2 + 0.001 * s for r in grid} for s in (0, 1)}
+    o = optimum("soup", "d1", by_seed, reference=SPECIALIZE_REFERENCE_RATE)
+    assert o.nearest == 4e-3 and o.steps_from_reference == pytest.approx(2.0)
+    assert o.gain == pytest.approx(0.05 * 4) and o.rerun and "grid steps from 0.001" in o.reason()
+    assert "loss at 0.001" in markdown([o], "Specialization")

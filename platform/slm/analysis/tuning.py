@@ -11,9 +11,9 @@ run's loss on its own domain) or a specialization's loss (``specialized_losses``
   minimum at the grid's edge, gives the lowest point itself, flagged ``at_edge`` for the latter); the optimum
   is the mean of the seeds' vertices, its 95% interval the percentile bootstrap of that mean over the seeds
   resampled with replacement (with two seeds, the range of their vertices);
-- **the gain** over the reference rate (the second edition's 1e-2): per seed, the loss at the reference less
-  the loss at the grid rate nearest the optimum; its mean and 95% t interval; **the seed noise**: the standard
-  deviation over seeds of the loss at the reference;
+- **the gain** over the reference rate (the second edition's: 1e-2 for pretraining, 1e-3 for specialization):
+  per seed, the loss at the reference less the loss at the grid rate nearest the optimum; its mean and 95% t
+  interval; **the seed noise**: the standard deviation over seeds of the loss at the reference;
 - **the rule**: a method is rerun at its own rate (the grid rate nearest its optimum) when its optimum is more
   than one grid step from the reference, or its mean gain is larger than its seed noise. A seed whose lowest
   point is at the grid's edge first extends the grid by one step on that side.
@@ -30,7 +30,8 @@ from typing import Any
 
 from slm.analysis.stats import half_width
 
-REFERENCE_RATE = 1e-2  # the second edition's rate, for every method and size
+REFERENCE_RATE = 1e-2  # the second edition's pretraining rate, for every method and size
+SPECIALIZE_REFERENCE_RATE = 1e-3  # and its specialization rate
 BOOTSTRAP = 10_000
 
 
@@ -55,6 +56,7 @@ class Optimum:
     seed_noise: float | None  # standard deviation over seeds of the loss at the reference (None at one seed)
     steps_from_reference: float  # |log2(optimum / reference)| in grid steps
     at: tuple[tuple[str, Any], ...] = ()  # the sweep's other axes' values (the transfer's parametrization)
+    reference: float = REFERENCE_RATE  # the rate the gain and the distance are measured from
 
     @property
     def rerun(self) -> bool:
@@ -67,13 +69,13 @@ class Optimum:
             return "a seed's lowest loss is at the grid's edge: extend the grid by one step on that side first"
         why = []
         if self.steps_from_reference > 1:
-            why.append(f"its optimum is {self.steps_from_reference:.2f} grid steps from {REFERENCE_RATE:g}")
+            why.append(f"its optimum is {self.steps_from_reference:.2f} grid steps from {self.reference:g}")
         if self.seed_noise is not None and self.gain > self.seed_noise:
             why.append(f"its gain {self.gain:.4f} exceeds its seed noise {self.seed_noise:.4f}")
         if why:
             return f"rerun at {self.nearest:g}: " + "; ".join(why)
         noise = "unknown (one seed)" if self.seed_noise is None else f"{self.seed_noise:.4f}"
-        return (f"left at {REFERENCE_RATE:g}: its optimum is {self.steps_from_reference:.2f} grid steps away and its gain "
+        return (f"left at {self.reference:g}: its optimum is {self.steps_from_reference:.2f} grid steps away and its gain "
                 f"{self.gain:+.4f} is within its seed noise {noise}")
 
 
@@ -99,15 +101,15 @@ def vertex(rates: list[float], losses: list[float]) -> tuple[float, bool]:
 
 
 def optimum(method: str, size: str, by_seed: dict[int, dict[float, float]], seed: int = 0,
-            at: tuple[tuple[str, Any], ...] = ()) -> Optimum:
+            at: tuple[tuple[str, Any], ...] = (), reference: float = REFERENCE_RATE) -> Optimum:
     """The optimum, gain and noise of one (method, size) from each seed's loss at each grid rate
-    (``by_seed[seed][rate]``); every seed must have every rate."""
+    (``by_seed[seed][rate]``), against ``reference``; every seed must have every rate."""
     rates = sorted(next(iter(by_seed.values())))
     for s, losses in by_seed.items():
         if sorted(losses) != rates:
             raise ValueError(f"{method} {size}: seed {s} has rates {sorted(losses)}, not the grid {rates}")
-    if REFERENCE_RATE not in rates:
-        raise ValueError(f"{method} {size}: the grid {rates} lacks the reference rate {REFERENCE_RATE:g}")
+    if reference not in rates:
+        raise ValueError(f"{method} {size}: the grid {rates} lacks the reference rate {reference:g}")
     seeds = sorted(by_seed)
     fits = [vertex(rates, [by_seed[s][r] for r in rates]) for s in seeds]
     xs = [x for x, _ in fits]
@@ -117,18 +119,18 @@ def optimum(method: str, size: str, by_seed: dict[int, dict[float, float]], seed
     x = statistics.fmean(xs)
     step = math.log2(rates[1] / rates[0])
     nearest = min(rates, key=lambda r: abs(math.log2(r) - x))
-    gains = [by_seed[s][REFERENCE_RATE] - by_seed[s][nearest] for s in seeds]
+    gains = [by_seed[s][reference] - by_seed[s][nearest] for s in seeds]
     gain = statistics.fmean(gains)
     if len(seeds) > 1:
         h = half_width(statistics.stdev(gains) / math.sqrt(len(gains)), len(gains) - 1)
         gain_low, gain_high = gain - h, gain + h
-        noise = statistics.stdev(by_seed[s][REFERENCE_RATE] for s in seeds)
+        noise = statistics.stdev(by_seed[s][reference] for s in seeds)
     else:
         gain_low = gain_high = noise = None
     return Optimum(method, size, len(seeds), tuple(rates), 2 ** x, 2 ** lo, 2 ** hi, nearest,
-                   any(edge for _, edge in fits), statistics.fmean(by_seed[s][REFERENCE_RATE] for s in seeds),
+                   any(edge for _, edge in fits), statistics.fmean(by_seed[s][reference] for s in seeds),
                    statistics.fmean(by_seed[s][nearest] for s in seeds), gain, gain_low, gain_high, noise,
-                   abs(x - math.log2(REFERENCE_RATE)) / step, at)
+                   abs(x - math.log2(reference)) / step, at, reference)
 
 
 Key = tuple[str, str, tuple[tuple[str, Any], ...]]  # (method, size, the other axes' values)
@@ -169,9 +171,10 @@ def specialized_losses(rows: list[dict], axis: str) -> dict[Key, dict[int, dict[
     return out
 
 
-def optima(losses: dict[Key, dict[int, dict[float, float]]]) -> list[Optimum]:
-    """``optimum`` of every (method, size, other axes' values)."""
-    return [optimum(method, size, by_seed, at=at) for (method, size, at), by_seed in sorted(losses.items(), key=repr)]
+def optima(losses: dict[Key, dict[int, dict[float, float]]], reference: float = REFERENCE_RATE) -> list[Optimum]:
+    """``optimum`` of every (method, size, other axes' values), against ``reference``."""
+    return [optimum(method, size, by_seed, at=at, reference=reference)
+            for (method, size, at), by_seed in sorted(losses.items(), key=repr)]
 
 
 @dataclass(frozen=True)
@@ -225,7 +228,8 @@ def propose_rate(found: list[Optimum], size: str, parametrization: str, base: st
 
 
 def markdown(found: list[Optimum], what: str) -> str:
-    lines = [f"| method | size | at | seeds | optimum (95%) | nearest grid rate | loss at {REFERENCE_RATE:g} | loss there "
+    reference = found[0].reference if found else REFERENCE_RATE
+    lines = [f"| method | size | at | seeds | optimum (95%) | nearest grid rate | loss at {reference:g} | loss there "
              "| gain (95%) | seed noise | decision |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for o in found:
         gain = f"{o.gain:+.4f}" + ("" if o.gain_low is None else f" [{o.gain_low:+.4f}, {o.gain_high:+.4f}]")
