@@ -112,3 +112,18 @@ def test_own_settings_run_end_to_end_and_are_columns(train_run, slm_cli):
     rows = {r["trial"]: r for r in pq.read_table(sweep / "results.parquet").to_pylist()}
     assert rows["soup-tiny-p10-t3200-s5-lr0.01-seed0"]["pretrain.train.optim.lr"] == 0.01
     assert rows["generic-tiny-p10-t3200-s5-seed0"]["pretrain.train.optim.lr"] == 3e-3  # the quickstart spec's
+
+
+def test_a_trial_without_own_settings_keeps_the_key_it_had_before_them(tmp_path):
+    """Rows finished before ``sweep.per_method`` existed stay current: a trial's key leaves ``own`` out at its
+    default (the key of its fields as they were), and a trial with own settings has a key of its own."""
+    from dataclasses import asdict
+
+    from slm.config import config_hash
+    from slm.tune.sweep import trial_key
+
+    cfg = study(tmp_path)
+    t = next(t for t in plan_sweep(cfg, check_data=False).trials if t.role == "distill")
+    before = {k: v for k, v in asdict(t).items() if k != "own"}
+    assert trial_key(cfg, t) == config_hash({"trial": before, "specialize": cfg.specialize})
+    assert trial_key(cfg, replace(t, own=(("specialize.train.optim.lr", 0.002),))) != trial_key(cfg, t)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
-from slm.config import config_hash
+from slm.config import HASHED_WHEN_SET, config_hash
 
 RunRole = Literal["grid", "large", "salt"]
 
@@ -45,8 +45,8 @@ class PretrainRun:
     flops: float = 0.0  # what the run costs to train, its cooldown branches included
     # sweep.axes: the value of each pretrain.* axis this run trains at, as (config key, value) pairs
     axes: tuple[tuple[str, Any], ...] = ()
-    # sweep.per_method: its method's own pretrain.* settings, as (config key, value) pairs
-    own: tuple[tuple[str, Any], ...] = ()
+    # sweep.per_method: its method's own pretrain.* settings, as (config key, value) pairs; in a key only when set
+    own: tuple[tuple[str, Any], ...] = field(default=(), metadata=HASHED_WHEN_SET)
     # Under a WSD schedule, the budgets below ``steps`` trained as cooldown branches from this run (each a
     # fully trained model, its snapshot), and the steps those branches train beyond the trunk (their decays).
     branches: tuple[int, ...] = ()
@@ -73,8 +73,9 @@ class Setting:
     role: TrialRole
     expert: int | None = None  # C6: the SLM-mix expert fine-tuned
     axes: tuple[tuple[str, Any], ...] = ()  # sweep.axes: every axis's value, (config key, value) pairs
-    # sweep.per_method: its source run's own pretrain.* settings and its method's own specialize.* ones
-    own: tuple[tuple[str, Any], ...] = ()
+    # sweep.per_method: its source run's own pretrain.* settings and its method's own specialize.* ones; in a
+    # trial's key only when set (the rows of trials planned before it stay current)
+    own: tuple[tuple[str, Any], ...] = field(default=(), metadata=HASHED_WHEN_SET)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -428,8 +428,9 @@ class TrialEvents(Callback):
 
 
 def trial_key(cfg: SweepJob, t: Trial) -> str:
-    """What a finished trial's row depends on: the trial and the specialization config."""
-    return config_hash({"trial": asdict(t), "specialize": cfg.specialize})
+    """What a finished trial's row depends on: the trial and the specialization config (the trial's fields as
+    ``config_hash`` keys them: one added later with a neutral default leaves the keys of rows before it alone)."""
+    return config_hash({"trial": t, "specialize": cfg.specialize})
 
 
 def row_path(cfg: SweepJob, t: Trial) -> Path:
@@ -499,7 +500,7 @@ def run_wave(cfg: SweepJob, trials: list[Trial], wave: int, runs: dict[str, Pret
         trial_resources(cfg.specialize.train))
     # One Tune experiment per invocation and set of trials to run: a rerun after an interruption makes a
     # new one for the trials still missing (never Tune's restore), and leaves the earlier one as it was.
-    digest = config_hash({"trials": [asdict(t) for t in pending], "specialize": cfg.specialize})[:8]
+    digest = config_hash({"trials": list(pending), "specialize": cfg.specialize})[:8]
     name = f"{cfg.sweep.name}-w{wave}-{digest}-{time.strftime('%Y%m%d-%H%M%S')}"
     scheduler = None
     if cfg.sweep.scheduler == "asha":
