@@ -62,6 +62,12 @@ def test_each_method_trains_at_its_own_settings_and_the_others_keep_their_names(
     assert run_config(job, runs["generic-d2-seed0"]).pretrain.train.optim.lr == 0.01
     assert trial_config(job, student).specialize.train.optim.lr == 0.002
     assert trial_config(job, trials[student.teacher]).specialize.train.optim.lr == 0.001
+    # the dry run says them
+    from slm.tune.plan import format_plan
+
+    assert ("each method's own settings (sweep.per_method; a trial carries its run's): distill@d1 "
+            "pretrain.train.optim.lr 0.005, specialize.train.optim.lr 0.002; generic@d1 pretrain.train.optim.lr 0.005; "
+            "mixture@d1 pretrain.train.optim.lr 0.005") in format_plan(p)
     # a part names runs with their values
     part = plan_sweep(study(tmp_path, *OWN, "sweep.part=[mixture-d1-pretrain-lr0.005]"), check_data=False)
     assert {r.name for r in part.runs} == {"mixture-d1-pretrain-lr0.005-seed0", "mixture-d1-pretrain-lr0.005-seed1"}

@@ -338,6 +338,10 @@ def format_plan(p: Plan) -> str:
         lines.append("axes (the design crossed with every combination; a pretrain.* axis multiplies the runs, a "
                      "specialize.* one the trials): "
                      + "; ".join(f"{k} × {len(v)} ({', '.join(axis_text(x) for x in v)})" for k, v in values.items()))
+    own = {f"{t.method}@{t.size}": t.own for t in p.trials if t.own}
+    if own:
+        lines.append("each method's own settings (sweep.per_method; a trial carries its run's): " + "; ".join(
+            f"{who} " + ", ".join(f"{k} {axis_text(v)}" for k, v in values) for who, values in sorted(own.items())))
     lines += [f"{len(p.runs)} pretraining runs (each to its largest budget, "
              + ("a WSD trunk with a cooldown branch to each smaller one" if wsd else "snapshots at the others")
              + "; what reads it):"]
