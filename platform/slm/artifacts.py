@@ -150,6 +150,17 @@ def changed_files(folder: str | Path) -> dict[str, str]:
     return {rel: what for rel, want in recorded.items() if (what := difference(folder / rel, want)) is not None}
 
 
+def forget_stale(folder: str | Path) -> bool:
+    """Remove ``folder``'s manifest when a file it records has been rewritten since: it describes an earlier
+    output made from other inputs (a stage that writes its inputs into its folder before running — a trial's
+    instantiated model — calls this after writing them), so nothing checks the new files against it and the
+    stage writes its own. True when it was removed."""
+    if not changed_files(folder):
+        return False
+    (Path(folder) / MANIFEST).unlink()
+    return True
+
+
 def check_recorded(path: str | Path) -> bool:
     """Check one file a command is about to read (a model, a checkpoint) against the manifest of the
     nearest folder above it that has one, when that manifest records it: ``ArtifactError`` naming the file

@@ -115,6 +115,19 @@ def test_specialize_instantiates_and_fine_tunes(pretrained, train_run, method):
     assert load_dense(m["model"]).num_params() == m["params"]  # a plain dense GPT
 
 
+def test_a_specialization_made_again_from_another_source_trains(pretrained, train_run):
+    """A trial's folder made before from another source (its key changed: the source was retrained, or another
+    method's model): the instantiated init and the rows written now are not the ones the old manifest recorded,
+    and the old record is dropped rather than held against them (it failed every such trial: "its bytes changed
+    since its stage wrote them")."""
+    common = ["specialize.name=again", "specialize.domain_tokens=6400", "specialize.train.budget.steps=3",
+              "specialize.train.log_every=3"]
+    first = specialize(job(train_run, "specialize.source=generic-tiny", *common))
+    again = specialize(job(train_run, "specialize.source=soup-tiny", *common))
+    assert (first["source_method"], again["source_method"]) == ("generic", "soup") and again["steps"] == 3
+    assert again["eval_before"]["legal"]["perplexity"] != first["eval_before"]["legal"]["perplexity"]
+
+
 def test_budgets_stop_at_the_first_limit(train_run):
     # tokens: 8 sequences × 64 tokens per step → 1000 tokens stop after step 2 (1024 ≥ 1000)
     cfg = job(train_run, "pretrain.name=budget-tokens", "pretrain.train.budget.steps=0",

@@ -28,7 +28,7 @@ from ray.train.torch import TorchTrainer
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from slm import methods
-from slm.artifacts import atomic_path, file_sha256, is_complete, read_manifest, write_manifest
+from slm.artifacts import atomic_path, file_sha256, forget_stale, is_complete, read_manifest, write_manifest
 from slm.config import ConfigError, config_hash
 from slm.data import histogram
 from slm.layout import RunLayout, TrainOutput, branch_name, require
@@ -383,6 +383,7 @@ def specialize(cfg: TrainJob) -> dict:
     rows = domain_subset(arrays, s.domain_tokens, s.train.seed, str(layout.packed_domain(domain)))
     rows_path = output.rows
     np.save(rows_path, rows)
+    forget_stale(output.dir)  # a trial made here before from another source recorded its own init and rows
     if s.teacher.checkpoint and not Path(s.teacher.checkpoint).exists():
         raise TrainingInputError(f"config key 'specialize.teacher.checkpoint': {s.teacher.checkpoint} does not exist")
     check_precision(s.train, "specialize", cfg)
