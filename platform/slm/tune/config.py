@@ -86,12 +86,7 @@ class SweepConfig:
     def validate(self, prefix: str = "") -> None:
         for key, values in self.axes.items():
             where = f"config key '{prefix}axes.{key}'"
-            if not key.startswith(AXIS_SECTIONS):
-                raise ConfigError(f"{where}: an axis is a setting of {' or '.join(s.rstrip('.') for s in AXIS_SECTIONS)} "
-                                  "(the data stages' settings are the run's, not a trial's)")
-            owner = next((axis for keys, axis in PLANNED_KEYS.items() if key == keys or key.startswith(keys + ".")), None)
-            if owner:
-                raise ConfigError(f"{where}: the sweep sets it for every run and trial; use {owner}")
+            check_trial_setting(key, where, "an axis")
             if not isinstance(values, list) or not values:
                 raise ConfigError(f"{where}: a list of at least one value, got {values!r}")
             if len({repr(v) for v in values}) != len(values):
@@ -108,12 +103,7 @@ class SweepConfig:
                                   f"got {settings!r}")
             for key, value in settings.items():
                 at = f"config key '{prefix}per_method.{who}.{key}'"
-                if not key.startswith(AXIS_SECTIONS):
-                    raise ConfigError(f"{at}: a method's own setting is one of "
-                                      f"{' or '.join(s.rstrip('.') for s in AXIS_SECTIONS)}")
-                owner = next((a for keys, a in PLANNED_KEYS.items() if key == keys or key.startswith(keys + ".")), None)
-                if owner:
-                    raise ConfigError(f"{at}: the sweep sets it for every run and trial; use {owner}")
+                check_trial_setting(key, at, "a method's own value")
                 if key in self.axes:
                     raise ConfigError(f"{at}: also an axis (sweep.axes.{key}); a setting is one or the other")
                 if isinstance(value, (list, dict)):
@@ -173,6 +163,17 @@ PLANNED_KEYS = {
     "specialize.expert": "sweep.all_experts", "specialize.teacher.checkpoint": "sweep.distill",
     "specialize.output": "sweep.output",
 }
+
+
+def check_trial_setting(key: str, where: str, what: str) -> None:
+    """A key a run or trial may set for itself (an axis, a method's own value): one of the pretrain or specialize
+    sections' and not one the plan sets (``PLANNED_KEYS``); ``ConfigError`` naming ``where`` otherwise."""
+    if not key.startswith(AXIS_SECTIONS):
+        raise ConfigError(f"{where}: {what} is a setting of {' or '.join(s.rstrip('.') for s in AXIS_SECTIONS)} "
+                          "(the data stages' settings are the run's, not a trial's)")
+    owner = next((axis for keys, axis in PLANNED_KEYS.items() if key == keys or key.startswith(keys + ".")), None)
+    if owner:
+        raise ConfigError(f"{where}: the sweep sets it for every run and trial; use {owner}")
 
 
 def _flattened(axes: dict, prefix: str = ""):

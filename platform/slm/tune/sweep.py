@@ -563,9 +563,11 @@ def run_sweep(cfg: SweepJob) -> dict:
         failed += errors
         if failed:  # a later wave reads this one's models
             break
-    for key in {k for settings in cfg.sweep.per_method.values() for k in settings}:
-        for r in results:  # a method without its own setting trained at the spec's (and a row kept from before says none)
-            r.setdefault(key, setting_of(cfg, key))
+    # a method without its own setting trained at the spec's (and a row kept from before says none)
+    spec_values = {k: setting_of(cfg, k) for settings in cfg.sweep.per_method.values() for k in settings}
+    for r in results:
+        for key, value in spec_values.items():
+            r.setdefault(key, value)
     table = write_table(results, out)
     if results:
         write_hparams(results, out / "tensorboard")
