@@ -32,6 +32,13 @@ def test_the_quoted_docs_have_blocks():
     for doc, template in (("docs/results.md", "docs/quotes/study2_verdicts.md.j2"),
                           ("docs/results.md", "docs/quotes/study_verdicts.md.j2"),
                           ("docs/results.md", "docs/quotes/d2_split.md.j2"),
+                          ("docs/results.md", "docs/quotes/pilot.md.j2"),
+                          ("docs/results.md", "docs/quotes/pilot_wsd.md.j2"),
+                          ("docs/results.md", "docs/quotes/study_parts.md.j2"),
+                          ("docs/results.md", "docs/quotes/study_estimate.md.j2"),
+                          ("docs/budgets.md", "docs/quotes/quickstart_issue28.md.j2"),
+                          ("docs/budgets.md", "docs/quotes/eval_sample.md.j2"),
+                          ("docs/budgets.md", "docs/quotes/curve_coverage.md.j2"),
                           ("README.md", "docs/quotes/readme_study.md.j2")):
         text = (ROOT / doc).read_text()
         assert template in [b.template for b in quote.blocks(ROOT / doc, text)], doc
@@ -47,6 +54,26 @@ def test_a_number_changed_by_hand_is_caught(tmp_path):
     assert "+large model at matched compute, 40 runs, 795 trials" in diffs[0]
     quote.write(ROOT, [doc])
     assert doc.read_text() == text
+
+
+def test_a_pilot_number_changed_by_hand_is_caught(tmp_path):
+    """The typed history is generated too: the first pilot's table, changed in a copy of docs/results.md, differs."""
+    doc = tmp_path / "results.md"
+    text = (ROOT / "docs/results.md").read_text()
+    assert "| 4,000 | 32.8M | 4.608 | −1.34% | **4.597** | **−0.84%** |" in text
+    doc.write_text(text.replace("**4.597**", "**4.497**"))
+    (diff,) = quote.check(ROOT, [doc])
+    assert "+| 4,000 | 32.8M | 4.608 | −1.34% | **4.597** |" in diff
+
+
+def test_t_interval_is_students():
+    """The mean of a few seeds and its 95% Student-t interval, as scipy computes it."""
+    from scipy import stats
+
+    values = [-0.02062, -0.00607, 0.00469]
+    mean, low, high = quote.t_interval(values)
+    expected = stats.t.interval(0.95, len(values) - 1, loc=sum(values) / 3, scale=stats.sem(values))
+    assert mean == pytest.approx(sum(values) / 3) and (low, high) == pytest.approx(expected)
 
 
 def test_an_unclosed_block_names_its_doc_and_line(tmp_path):

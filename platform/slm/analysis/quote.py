@@ -92,6 +92,15 @@ def count(n: float) -> str:
     return f"{n:,.0f}"
 
 
+def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """The mean of a few seeds' values and its ``level`` Student-t interval: ``(mean, low, high)``."""
+    from scipy import stats
+
+    n, m = len(values), statistics.fmean(values)
+    half = stats.t.ppf(0.5 + level / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    return m, m - half, m + half
+
+
 def by_step(curve: dict) -> list[tuple[int, float]]:
     """A curve as a JSON object keyed by step (``{"170": 4.99, …}``) in step order (the keys are strings)."""
     return sorted((int(k), v) for k, v in curve.items())
@@ -522,7 +531,9 @@ class Renderer:
                                       keep_trailing_newline=True, autoescape=False)
         self.env.filters.update(FILTERS)
         self.env.tests["containing"] = lambda value, part: part in value
-        self.env.globals.update(study=self.study, json=self.json, spec=self.spec, check=self.check, decay_steps=decay_steps, min=min, max=max, abs=abs, mean=statistics.fmean)
+        self.env.globals.update(study=self.study, json=self.json, csv=self.csv, text=self.text, spec=self.spec, check=self.check, decay_steps=decay_steps, min=min, max=max, abs=abs, zip=zip,
+                                t_interval=t_interval, stdev=statistics.stdev, log=math.log,
+                                mean=statistics.fmean)
 
     def study(self, folder: str) -> Study:
         if folder not in self._studies:
@@ -538,6 +549,18 @@ class Renderer:
     def json(self, path: str):
         """A committed JSON file of measurements (a benchmark's output)."""
         return json.loads((self.root / path).read_text())
+
+    def text(self, path: str) -> str:
+        """A committed text file (e.g. an older sweep's ``claims.md``), to hold the prose against."""
+        return (self.root / path).read_text()
+
+    def csv(self, path: str) -> list[dict]:
+        """A committed CSV table (e.g. an older sweep's ``results.csv``), its numbers as numbers, empty cells None."""
+        import pandas as pd
+
+        frame = pd.read_csv(self.root / path)
+        return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+                for row in frame.to_dict("records")]
 
     @staticmethod
     def check(condition: bool, message: str) -> str:
