@@ -34,6 +34,7 @@ def test_the_quoted_docs_have_blocks():
                           ("docs/results.md", "docs/quotes/d2_split.md.j2"),
                           ("docs/results.md", "docs/quotes/pilot.md.j2"),
                           ("docs/results.md", "docs/quotes/pilot_wsd.md.j2"),
+                          ("docs/results.md", "docs/quotes/pilot_wsd_protocol.md.j2"),
                           ("docs/results.md", "docs/quotes/study_parts.md.j2"),
                           ("docs/results.md", "docs/quotes/study_estimate.md.j2"),
                           ("docs/results.md", "docs/quotes/study_sizing.md.j2"),
