@@ -181,12 +181,28 @@ def cmd_report(args) -> int:
     if not paths:
         raise SystemExit("slm report: give a sweep folder, or several with --tables A B … (or a folder of them)")
     if len(paths) == 1 and not args.plan and len(sweep_folders(paths)) == 1:
+        if args.beside:
+            raise SystemExit("slm report: --beside sets two combined editions side by side: use --tables … --out")
         print(json.dumps(report(sweep_folders(paths)[0], args.out), indent=2))
         return 0
     if not args.out:
         raise SystemExit("slm report: several tables are combined into --out FOLDER (results, curves, plan and report)")
-    print(json.dumps(report_tables(paths, args.out, args.plan), indent=2))
+    written = report_tables(paths, args.out, args.plan)
+    if args.beside:
+        written["side_by_side"] = str(write_side_by_side(Path(args.beside), Path(args.out)))
+    print(json.dumps(written, indent=2))
     return 0
+
+
+def write_side_by_side(before: Path, after: Path) -> Path:
+    """``after/report/side_by_side.md``: the two editions' claims and comparisons side by side."""
+    from slm.analysis.editions import markdown, read_claims, side_by_side
+    from slm.artifacts import atomic_write_text
+
+    out = after / "report" / "side_by_side.md"
+    atomic_write_text(out, f"# {before} beside {after}\n\n" + markdown(
+        side_by_side(read_claims(before), read_claims(after)), before.name, after.name))
+    return out
 
 
 def cmd_rate(args) -> int:
@@ -359,6 +375,10 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--plan", help="the whole design's plan.json (`slm sweep --dry-run --plan-out`): its trials "
                                     "missing from every table are named (default: the union of the tables' plans)")
     rep.add_argument("--out", help="where to write (default: <sweep>/report; with several tables: required)")
+    rep.add_argument("--beside", metavar="REPORT",
+                     help="another edition's report folder (an earlier `slm report --out`): writes "
+                          "report/side_by_side.md, each claim and comparison of that edition beside this one's, "
+                          "which verdicts change and why")
     rep.set_defaults(fn=cmd_report)
     adv = sub.add_parser("advise", help="which method and size win for your budgets, from a sweep")
     adv.add_argument("--sweep", required=True, help="a sweep folder or its results.parquet")
