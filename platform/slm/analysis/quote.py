@@ -531,7 +531,7 @@ class Renderer:
                                       keep_trailing_newline=True, autoescape=False)
         self.env.filters.update(FILTERS)
         self.env.tests["containing"] = lambda value, part: part in value
-        self.env.globals.update(study=self.study, json=self.json, csv=self.csv, text=self.text, spec=self.spec, check=self.check, decay_steps=decay_steps, min=min, max=max, abs=abs, zip=zip,
+        self.env.globals.update(study=self.study, json=self.json, csv=self.csv, text=self.text, parquet_metadata=self.parquet_metadata, spec=self.spec, check=self.check, decay_steps=decay_steps, min=min, max=max, abs=abs, zip=zip,
                                 t_interval=t_interval, stdev=statistics.stdev, log=math.log,
                                 mean=statistics.fmean)
 
@@ -553,6 +553,15 @@ class Renderer:
     def text(self, path: str) -> str:
         """A committed text file (e.g. an older sweep's ``claims.md``), to hold the prose against."""
         return (self.root / path).read_text()
+
+    def parquet_metadata(self, path: str, key: str):
+        """A JSON entry of a committed Parquet file's schema metadata (e.g. pinned clusters' ``slm.pinned`` header)."""
+        import pyarrow.parquet as pq
+
+        metadata = pq.read_schema(self.root / path).metadata or {}
+        if key.encode() not in metadata:
+            raise QuoteError(f"{path}: no metadata {key!r}")
+        return json.loads(metadata[key.encode()])
 
     def csv(self, path: str) -> list[dict]:
         """A committed CSV table (e.g. an older sweep's ``results.csv``), its numbers as numbers, empty cells None."""
