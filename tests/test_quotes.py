@@ -46,6 +46,7 @@ def test_the_quoted_docs_have_blocks():
                           ("docs/budgets.md", "docs/quotes/eval_sample.md.j2"),
                           ("docs/budgets.md", "docs/quotes/curve_coverage.md.j2"),
                           ("docs/training.md", "docs/quotes/coord_check.md.j2"),
+                          ("docs/training.md", "docs/quotes/training_rates.md.j2"),
                           ("README.md", "docs/quotes/readme_quickstart.md.j2"),
                           ("README.md", "docs/quotes/readme_study.md.j2")):
         text = (ROOT / doc).read_text()
