@@ -61,3 +61,17 @@ def test_the_report_writes_it_beside_the_other_edition(tmp_path, claims):
     with pytest.raises(FileNotFoundError, match="no claims"):
         write_side_by_side(tmp_path / "missing", after)
     assert json.loads((after / "report" / "claims.json").read_text()) == claims
+
+
+def test_the_own_rate_edition_compares_the_second_editions_conditions():
+    """The rerun at each method's own rates plans the same 60 comparisons, by condition, as the second edition
+    (its setting names differ: they carry the rates), so every one is set beside its earlier value."""
+    from slm.analysis.claims import Design, evaluate
+    from slm.analysis.report import read_plan
+
+    def conditions(folder: str) -> set[tuple[str, str]]:
+        claims = evaluate([], Design.of(read_plan(ROOT / folder)))
+        return {(c.id, x.part) for c in claims for x in c.comparisons}
+
+    second, own = conditions("benchmarks/results/study2"), conditions("benchmarks/results/study2_own")
+    assert len(second) == 60 and own == second
