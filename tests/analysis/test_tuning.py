@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -108,6 +109,20 @@ def test_slm_rate_proposes_a_rate_only_where_the_optimum_carried(tmp_path, slm_c
     assert "within the measured sizes" in inside
     sp = slm_cli("rate", "--tuned", str(tmp_path), "--size", "d1w256", "--parametrization", "sp").stdout
     assert "no rate proposed for d1w256 under sp" in sp and "d1w256 -2.00" in sp and "tune the rate" in sp
+
+
+def test_slm_rate_reads_the_generic_models_optimum_among_several_methods():
+    """On a sweep that tuned several methods (the committed `lr_report`: every method at d1, generic also at d2),
+    the transfer is the generic model's: its d1 optimum is lr_optimum.py's for generic d1, not another method's."""
+    from slm.analysis.tuning import rate_from_tables
+
+    tables = Path(__file__).resolve().parents[2] / "benchmarks/results/lr_report"
+    generic = {o["size"]: o for o in json.loads((tables / "optima.json").read_text())["pretrain@1000"]
+               if o["method"] == "generic" and not o["at"]}
+    proposal = rate_from_tables(tables, "d2", "sp")
+    assert proposal.base == "d1" and set(proposal.drift) == {"d2"}
+    expected = math.log2(generic["d2"]["optimum"] / generic["d1"]["optimum"])
+    assert proposal.drift["d2"] == pytest.approx(expected)
 
 
 def test_the_specialization_rate_is_read_against_its_own_reference():

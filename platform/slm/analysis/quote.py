@@ -531,7 +531,7 @@ class Renderer:
                                       keep_trailing_newline=True, autoescape=False)
         self.env.filters.update(FILTERS)
         self.env.tests["containing"] = lambda value, part: part in value
-        self.env.globals.update(study=self.study, json=self.json, csv=self.csv, text=self.text, parquet_metadata=self.parquet_metadata, spec=self.spec, check=self.check, decay_steps=decay_steps, min=min, max=max, abs=abs, zip=zip,
+        self.env.globals.update(study=self.study, json=self.json, csv=self.csv, text=self.text, parquet_metadata=self.parquet_metadata, rate=self.rate, spec=self.spec, check=self.check, decay_steps=decay_steps, min=min, max=max, abs=abs, zip=zip,
                                 t_interval=t_interval, stdev=statistics.stdev, log=math.log,
                                 mean=statistics.fmean)
 
@@ -562,6 +562,12 @@ class Renderer:
         if key.encode() not in metadata:
             raise QuoteError(f"{path}: no metadata {key!r}")
         return json.loads(metadata[key.encode()])
+
+    def rate(self, folder: str, size: str, parametrization: str):
+        """``slm rate``'s answer from a committed transfer sweep's tables (``slm.analysis.tuning.rate_from_tables``)."""
+        from slm.analysis.tuning import rate_from_tables
+
+        return rate_from_tables(self.root / folder, size, parametrization)
 
     def csv(self, path: str) -> list[dict]:
         """A committed CSV table (e.g. an older sweep's ``results.csv``), its numbers as numbers, empty cells None."""

@@ -206,13 +206,21 @@ class RateProposal:
 
 
 def propose_rate(found: list[Optimum], size: str, parametrization: str, base: str = "d1",
-                 key: str = "pretrain.model.parametrization") -> RateProposal:
+                 key: str = "pretrain.model.parametrization", method: str = "generic") -> RateProposal:
     """The rule of docs/results.md ("Transfer across width and depth"): under ``parametrization`` the rate
     transfers when every measured size's optimum is within one grid step of ``base``'s; then ``size`` gets the
-    base's optimum and interval, labelled an extrapolation beyond the measured widths or depths; otherwise none."""
+    base's optimum and interval, labelled an extrapolation beyond the measured widths or depths; otherwise none.
+    The transfer is of one method's rate (``method``: the generic model, which the transfer sweep trains); a size
+    with several optima of that method under the parametrization (another axis crossed) is refused, not picked."""
     from slm.models.config import size_config
 
-    mine = {o.size: o for o in found if dict(o.at).get(key, "sp") == parametrization}
+    mine: dict[str, Optimum] = {}
+    for o in found:
+        if o.method == method and dict(o.at).get(key, "sp") == parametrization:
+            if o.size in mine:
+                raise ValueError(f"{method} at {o.size} under {parametrization} has several optima "
+                                 f"({mine[o.size].at} and {o.at}): a transfer sweep crosses only the rate")
+            mine[o.size] = o
     if base not in mine:
         raise ValueError(f"no optimum of {base} under {parametrization} among {sorted({(o.size, o.at) for o in found}, key=repr)}")
     b = mine[base]
