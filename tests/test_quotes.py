@@ -41,6 +41,7 @@ def test_the_quoted_docs_have_blocks():
                           ("docs/results.md", "docs/quotes/study_plan.md.j2"),
                           ("docs/results.md", "docs/quotes/study_paper_scale.md.j2"),
                           ("docs/results.md", "docs/quotes/study_clusters.md.j2"),
+                          ("docs/results.md", "docs/quotes/like_with_like.md.j2"),
                           ("docs/budgets.md", "docs/quotes/quickstart_issue28.md.j2"),
                           ("docs/budgets.md", "docs/quotes/quickstart_fresh.md.j2"),
                           ("docs/budgets.md", "docs/quotes/eval_sample.md.j2"),
