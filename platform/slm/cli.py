@@ -189,20 +189,11 @@ def cmd_report(args) -> int:
         raise SystemExit("slm report: several tables are combined into --out FOLDER (results, curves, plan and report)")
     written = report_tables(paths, args.out, args.plan)
     if args.beside:
+        from slm.analysis.editions import write_side_by_side
+
         written["side_by_side"] = str(write_side_by_side(Path(args.beside), Path(args.out)))
     print(json.dumps(written, indent=2))
     return 0
-
-
-def write_side_by_side(before: Path, after: Path) -> Path:
-    """``after/report/side_by_side.md``: the two editions' claims and comparisons side by side."""
-    from slm.analysis.editions import markdown, read_claims, side_by_side
-    from slm.artifacts import atomic_write_text
-
-    out = after / "report" / "side_by_side.md"
-    atomic_write_text(out, f"# {before} beside {after}\n\n" + markdown(
-        side_by_side(read_claims(before), read_claims(after)), before.name, after.name))
-    return out
 
 
 def cmd_rate(args) -> int:

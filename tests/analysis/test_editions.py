@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from slm.analysis.editions import markdown, read_claims, side_by_side
-from slm.cli import write_side_by_side
+from slm.analysis.editions import markdown, read_claims, side_by_side, write_side_by_side
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY2 = ROOT / "benchmarks/results/study2_report"

@@ -138,6 +138,17 @@ def markdown(pairs: list[ClaimPair], before: str, after: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def write_side_by_side(before: Path, after: Path) -> Path:
+    """``after/report/side_by_side.md`` (``slm report --beside``): the two editions' claims and comparisons side by
+    side."""
+    from slm.artifacts import atomic_write_text
+
+    out = after / "report" / "side_by_side.md"
+    atomic_write_text(out, f"# {before} beside {after}\n\n" + markdown(
+        side_by_side(read_claims(before), read_claims(after)), before.name, after.name))
+    return out
+
+
 def _interval(c: Comparison) -> str:
     if c.low is None:
         return c.test

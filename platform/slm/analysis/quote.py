@@ -27,7 +27,7 @@ from pathlib import Path
 
 import jinja2
 
-from slm.analysis import ladder
+from slm.analysis import ladder, stats
 from slm.analysis.claims import Comparison, Design, judge
 from slm.analysis.power import (
     ClaimPower,
@@ -92,12 +92,10 @@ def count(n: float) -> str:
     return f"{n:,.0f}"
 
 
-def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
-    """The mean of a few seeds' values and its ``level`` Student-t interval: ``(mean, low, high)``."""
-    from scipy import stats
-
-    n, m = len(values), statistics.fmean(values)
-    half = stats.t.ppf(0.5 + level / 2, n - 1) * statistics.stdev(values) / math.sqrt(n)
+def t_interval(values: list[float], level: float = 1 - ALPHA) -> tuple[float, float, float]:
+    """The mean of a few seeds' values and its ``level`` Student-t interval (``stats.mean_interval``):
+    ``(mean, low, high)``."""
+    m, half = statistics.fmean(values), stats.mean_interval(values, level)
     return m, m - half, m + half
 
 
@@ -532,7 +530,8 @@ class Renderer:
         self.env.filters.update(FILTERS)
         self.env.tests["containing"] = lambda value, part: part in value
         self.env.globals.update(study=self.study, json=self.json, csv=self.csv, text=self.text, parquet_metadata=self.parquet_metadata, rate=self.rate, spec=self.spec, check=self.check, decay_steps=decay_steps, min=min, max=max, abs=abs, zip=zip,
-                                t_interval=t_interval, stdev=statistics.stdev, log=math.log,
+                                t_interval=t_interval, paired=stats.paired, welch=stats.welch, summary=stats.summary,
+                                stdev=statistics.stdev, log=math.log,
                                 mean=statistics.fmean)
 
     def study(self, folder: str) -> Study:
