@@ -42,6 +42,8 @@ def test_the_quoted_docs_have_blocks():
                           ("docs/results.md", "docs/quotes/study_paper_scale.md.j2"),
                           ("docs/results.md", "docs/quotes/study_clusters.md.j2"),
                           ("docs/results.md", "docs/quotes/like_with_like.md.j2"),
+                          ("docs/results.md", "docs/quotes/queued_parts.md.j2"),
+                          ("docs/results.md", "docs/quotes/c5_parts.md.j2"),
                           ("docs/budgets.md", "docs/quotes/quickstart_issue28.md.j2"),
                           ("docs/budgets.md", "docs/quotes/quickstart_fresh.md.j2"),
                           ("docs/budgets.md", "docs/quotes/eval_sample.md.j2"),
@@ -74,6 +76,24 @@ def test_a_pilot_number_changed_by_hand_is_caught(tmp_path):
     doc.write_text(text.replace("**4.597**", "**4.497**"))
     (diff,) = quote.check(ROOT, [doc])
     assert "+| 4,000 | 32.8M | 4.608 | −1.34% | **4.597** |" in diff
+
+
+def test_a_part_is_listed_when_its_part_json_lands(tmp_path):
+    """Where a study's parts stand comes from their committed part.json files: every seed × parts.yaml part is
+    listed, the landed one with its record, the rest waiting."""
+    (tmp_path / "jobs/sweeps").mkdir(parents=True)
+    (tmp_path / "jobs/sweeps/toy.yaml").write_text("sweep:\n  seeds: [0, 1]\n")
+    (tmp_path / "jobs/toy").mkdir()
+    (tmp_path / "jobs/toy/parts.yaml").write_text("parts:\n  a: [generic-d1]\n  b: [generic-d2]\n")
+    landed = tmp_path / "benchmarks/results/toy/seed1-a"
+    landed.mkdir(parents=True)
+    (landed / "part.json").write_text('{"part": "toy-seed1-a", "wall_s": 60.0}')
+    parts = Renderer(tmp_path).parts("jobs/sweeps/toy.yaml")
+    assert [p.label for p in parts] == ["seed0-a", "seed0-b", "seed1-a", "seed1-b"]
+    assert [p.record for p in parts] == [None, None, {"part": "toy-seed1-a", "wall_s": 60.0}, None]
+    # A spec without parts.yaml runs one part a seed.
+    (tmp_path / "jobs/sweeps/one.yaml").write_text("sweep:\n  seeds: [3]\n")
+    assert [(p.label, p.cut) for p in Renderer(tmp_path).parts("jobs/sweeps/one.yaml")] == [("seed3", None)]
 
 
 def test_t_interval_is_students():

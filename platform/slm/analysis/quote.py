@@ -499,6 +499,16 @@ class Study:
 
 
 @dataclass(frozen=True)
+class Part:
+    """One part of a study as committed: ``record`` is its ``part.json`` (None until it lands)."""
+
+    label: str  # seed0, or seed0-a
+    seed: int
+    cut: str | None
+    record: dict | None
+
+
+@dataclass(frozen=True)
 class Block:
     doc: Path
     template: str
@@ -529,7 +539,7 @@ class Renderer:
                                       keep_trailing_newline=True, autoescape=False)
         self.env.filters.update(FILTERS)
         self.env.tests["containing"] = lambda value, part: part in value
-        self.env.globals.update(study=self.study, json=self.json, csv=self.csv, text=self.text, parquet_metadata=self.parquet_metadata, rate=self.rate, spec=self.spec, check=self.check, decay_steps=decay_steps, min=min, max=max, abs=abs, zip=zip,
+        self.env.globals.update(study=self.study, json=self.json, csv=self.csv, text=self.text, parquet_metadata=self.parquet_metadata, rate=self.rate, parts=self.parts, spec=self.spec, check=self.check, decay_steps=decay_steps, min=min, max=max, abs=abs, zip=zip,
                                 t_interval=t_interval, paired=stats.paired, welch=stats.welch, summary=stats.summary,
                                 stdev=statistics.stdev, log=math.log,
                                 mean=statistics.fmean)
@@ -567,6 +577,24 @@ class Renderer:
         from slm.analysis.tuning import rate_from_tables
 
         return rate_from_tables(self.root / folder, size, parametrization)
+
+    def parts(self, spec: str) -> list[Part]:
+        """Each part a study spec runs with ``benchmarks/study_part.py`` (its ``sweep.seeds`` × the parts of
+        ``jobs/<spec's name>/parts.yaml``, or one part a seed where it has none), in run order, each with the
+        ``part.json`` committed under ``benchmarks/results/<spec's name>/``, or none where it has not landed."""
+        import yaml
+
+        name = Path(spec).stem
+        seeds = self.spec(spec)["sweep"]["seeds"]
+        parts_file = self.root / "jobs" / name / "parts.yaml"
+        cuts = list(yaml.safe_load(parts_file.read_text())["parts"]) if parts_file.exists() else [None]
+        found = []
+        for seed in seeds:
+            for cut in cuts:
+                label = f"seed{seed}" + (f"-{cut}" if cut else "")
+                record = self.root / "benchmarks" / "results" / name / label / "part.json"
+                found.append(Part(label, seed, cut, json.loads(record.read_text()) if record.exists() else None))
+        return found
 
     def csv(self, path: str) -> list[dict]:
         """A committed CSV table (e.g. an older sweep's ``results.csv``), its numbers as numbers, empty cells None."""
