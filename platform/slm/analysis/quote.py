@@ -578,13 +578,15 @@ class Renderer:
 
         return rate_from_tables(self.root / folder, size, parametrization)
 
-    def parts(self, spec: str) -> list[Part]:
+    def parts(self, spec: str, results: str | None = None) -> list[Part]:
         """Each part a study spec runs with ``benchmarks/study_part.py`` (its ``sweep.seeds`` × the parts of
         ``jobs/<spec's name>/parts.yaml``, or one part a seed where it has none), in run order, each with the
-        ``part.json`` committed under ``benchmarks/results/<spec's name>/``, or none where it has not landed."""
+        ``part.json`` committed under ``results`` (study_part's ``--out``; default ``benchmarks/results/<spec's
+        name>``), or none where it has not landed."""
         import yaml
 
         name = Path(spec).stem
+        folder = self.root / (results or f"benchmarks/results/{name}")
         seeds = self.spec(spec)["sweep"]["seeds"]
         parts_file = self.root / "jobs" / name / "parts.yaml"
         cuts = list(yaml.safe_load(parts_file.read_text())["parts"]) if parts_file.exists() else [None]
@@ -592,7 +594,7 @@ class Renderer:
         for seed in seeds:
             for cut in cuts:
                 label = f"seed{seed}" + (f"-{cut}" if cut else "")
-                record = self.root / "benchmarks" / "results" / name / label / "part.json"
+                record = folder / label / "part.json"
                 found.append(Part(label, seed, cut, json.loads(record.read_text()) if record.exists() else None))
         return found
 
