@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from slm.artifacts import atomic_write_json
+from slm.records.parts import cuts, spec_name
 from slm.records.table import SWEEP_TABLES
 from slm.runtime import cpu_flags, cpu_model
 
@@ -49,17 +50,14 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="extra config overrides (e.g. run.root=/scratch/runs)")
     args = parser.parse_args()
     spec = args.spec.resolve()
-    study = spec.stem  # study, study2
-    parts_file = ROOT / "jobs" / study / "parts.yaml"
+    study = spec_name(spec)  # study, study2
     args.out = args.out or str(ROOT / "benchmarks" / "results" / study)
     name = f"{study}-seed{args.seed}" + (f"-{args.part}" if args.part else "")
     overrides = [f"sweep.seeds=[{args.seed}]", f"sweep.name={name}", *args.overrides]
     if args.part:
-        import yaml
-
-        parts = yaml.safe_load(parts_file.read_text())["parts"]
+        parts = cuts(ROOT, spec)
         if args.part not in parts:
-            raise SystemExit(f"--part {args.part}: not in {parts_file} (its parts: {sorted(parts)})")
+            raise SystemExit(f"--part {args.part}: not in jobs/{study}/parts.yaml (its parts: {sorted(parts)})")
         overrides.insert(1, f"sweep.part=[{', '.join(parts[args.part])}]")
     slm = str(Path(sys.executable).with_name("slm"))
     config = subprocess.run([slm, "config", str(spec), *overrides], check=True, capture_output=True, text=True,

@@ -41,6 +41,7 @@ from slm.analysis.report import _tokens_per_step, fitted_saturation, pareto, rea
 from slm.analysis.results import aggregate, menu, total_flops
 from slm.analysis.stats import ALPHA
 from slm.methods import BASELINE
+from slm.records.parts import Part, study_parts
 from slm.records.table import read_curves, read_table
 from slm.train.config import decay_steps
 
@@ -499,16 +500,6 @@ class Study:
 
 
 @dataclass(frozen=True)
-class Part:
-    """One part of a study as committed: ``record`` is its ``part.json`` (None until it lands)."""
-
-    label: str  # seed0, or seed0-a
-    seed: int
-    cut: str | None
-    record: dict | None
-
-
-@dataclass(frozen=True)
 class Block:
     doc: Path
     template: str
@@ -579,24 +570,8 @@ class Renderer:
         return rate_from_tables(self.root / folder, size, parametrization)
 
     def parts(self, spec: str, results: str | None = None) -> list[Part]:
-        """Each part a study spec runs with ``benchmarks/study_part.py`` (its ``sweep.seeds`` × the parts of
-        ``jobs/<spec's name>/parts.yaml``, or one part a seed where it has none), in run order, each with the
-        ``part.json`` committed under ``results`` (study_part's ``--out``; default ``benchmarks/results/<spec's
-        name>``), or none where it has not landed."""
-        import yaml
-
-        name = Path(spec).stem
-        folder = self.root / (results or f"benchmarks/results/{name}")
-        seeds = self.spec(spec)["sweep"]["seeds"]
-        parts_file = self.root / "jobs" / name / "parts.yaml"
-        cuts = list(yaml.safe_load(parts_file.read_text())["parts"]) if parts_file.exists() else [None]
-        found = []
-        for seed in seeds:
-            for cut in cuts:
-                label = f"seed{seed}" + (f"-{cut}" if cut else "")
-                record = folder / label / "part.json"
-                found.append(Part(label, seed, cut, json.loads(record.read_text()) if record.exists() else None))
-        return found
+        """Each part of a study spec with its committed ``part.json`` or none (``slm.records.parts.study_parts``)."""
+        return study_parts(self.root, spec, results)
 
     def csv(self, path: str) -> list[dict]:
         """A committed CSV table (e.g. an older sweep's ``results.csv``), its numbers as numbers, empty cells None."""

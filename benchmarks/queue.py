@@ -1,0 +1,147 @@
+"""Run the study parts still to run, one at a time, in benchmarks/queue.yaml's order (issues 63, 64).
+
+    python benchmarks/queue.py [--dry-run] [--queue benchmarks/queue.yaml] [--worktree DIR]
+
+Each part is ``benchmarks/study_part.py`` run from a git worktree of the queue's ``commit`` (default
+``/tmp/slm-queue-<commit>``, made when missing, with this checkout's ``runs/`` and ``data/`` linked in: edits made
+here meanwhile never reach a running part, and the data stages and finished runs are shared). A part whose
+``part.json`` is in this checkout is skipped; one that landed in the worktree is copied back and skipped; an
+interrupted one is started again and resumes (finished runs and trials kept, the rest from their checkpoints).
+Each part's tables are copied into this checkout's results folder as it lands — commit them. On a fresh
+machine the corpus is fetched first (``slm corpus fetch``). Logs: ``runs/queue/<study>-<label>.log``.
+
+``--dry-run`` lists the parts left, in order, with the command each runs, and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from slm.records.parts import Part, spec_name, study_parts
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One spec of the queue: its parts run by ``study_part.py --spec SPEC [--out OUT] sweep.name=NAME OVERRIDES``."""
+
+    spec: str
+    out: str | None = None  # study_part's --out (default benchmarks/results/<study>)
+    name: str | None = None  # the sweep name, with {label} (default: study_part's <study>-<label>)
+    overrides: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, raw: dict, where: str) -> Entry:
+        unknown = set(raw) - {"spec", "out", "name", "overrides"}
+        if unknown or "spec" not in raw:
+            raise SystemExit(f"{where}: {'unknown keys ' + str(sorted(unknown)) if unknown else 'no spec'} "
+                             "(an entry has spec and optionally out, name, overrides)")
+        return cls(raw["spec"], raw.get("out"), raw.get("name"), tuple(raw.get("overrides") or ()))
+
+    def results(self) -> str:
+        return self.out or f"benchmarks/results/{spec_name(self.spec)}"
+
+    def command(self, part: Part) -> list[str]:
+        cmd = ["benchmarks/study_part.py", "--spec", self.spec, "--seed", str(part.seed)]
+        cmd += ["--part", part.cut] if part.cut else []
+        cmd += ["--out", self.out] if self.out else []
+        cmd += [f"sweep.name={self.name.format(label=part.label)}"] if self.name else []
+        return cmd + list(self.overrides)
+
+
+def read_queue(path: Path) -> tuple[str, list[Entry]]:
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not raw.get("commit") or not isinstance(raw.get("queue"), list):
+        raise SystemExit(f"{path}: needs 'commit' (the parts' commit) and 'queue' (a list of specs)")
+    return str(raw["commit"]), [Entry.of(e, f"{path}: queue[{i}]") for i, e in enumerate(raw["queue"])]
+
+
+def pending(entries: list[Entry], checkout: Path) -> list[tuple[Entry, Part]]:
+    """The parts without a ``part.json`` in this checkout, in order."""
+    return [(entry, part) for entry in entries for part in study_parts(checkout, entry.spec, entry.results())
+            if part.record is None]
+
+
+def landed(entry: Entry, part: Part, worktree: Path) -> bool:
+    return (worktree / entry.results() / part.label / "part.json").exists()
+
+
+def copy_back(entry: Entry, part: Part, checkout: Path, worktree: Path) -> bool:
+    """The part's tables, landed in the worktree, copied into this checkout (True), or False when not landed."""
+    if not landed(entry, part, worktree):
+        return False
+    shutil.copytree(worktree / entry.results() / part.label, checkout / entry.results() / part.label,
+                    dirs_exist_ok=True)
+    print(f"[queue] {spec_name(entry.spec)} {part.label}: landed, copied into {entry.results()}/{part.label}: "
+          "commit it", flush=True)
+    return True
+
+
+def worktree_of(commit: str, where: Path) -> Path:
+    """A worktree of ``commit`` with this checkout's runs/ and data/ linked in (made when missing)."""
+    if not where.exists():
+        subprocess.run(["git", "worktree", "add", "--detach", str(where), commit], cwd=ROOT, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, check=True)
+    want = subprocess.run(["git", "rev-parse", commit], cwd=ROOT, capture_output=True, text=True, check=True)
+    if head.stdout != want.stdout:
+        raise SystemExit(f"{where} is at {head.stdout.strip()[:7]}, the queue's commit is {commit}: remove it "
+                         f"(git worktree remove {where}) or name another --worktree")
+    for shared in ("runs", "data"):
+        (ROOT / shared).mkdir(exist_ok=True)
+        link = where / shared
+        if not link.exists():
+            link.symlink_to(ROOT / shared)
+    return where
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--queue", type=Path, default=ROOT / "benchmarks" / "queue.yaml")
+    parser.add_argument("--worktree", type=Path, help="default: /tmp/slm-queue-<commit>")
+    parser.add_argument("--dry-run", action="store_true", help="list the parts left and their commands")
+    args = parser.parse_args()
+    commit, entries = read_queue(args.queue)
+    worktree = args.worktree or Path(f"/tmp/slm-queue-{commit}")
+    left = pending(entries, ROOT)
+    if args.dry_run:
+        print(f"[queue] {len(left)} parts not in this checkout, to run from {commit} in {worktree}:")
+        for entry, part in left:
+            what = ("landed in the worktree, copied back when the queue runs" if landed(entry, part, worktree)
+                    else f"python {' '.join(entry.command(part))}")
+            print(f"  {spec_name(entry.spec)} {part.label}: {what}")
+        return
+    here = worktree_of(commit, worktree)
+    left = [(entry, part) for entry, part in left if not copy_back(entry, part, ROOT, here)]
+    print(f"[queue] {len(left)} parts to run, from {commit} in {here}", flush=True)
+    env = {**os.environ, "PYTHONPATH": str(here / "platform"), "HF_HUB_OFFLINE": "1"}
+    slm = str(Path(sys.executable).with_name("slm"))
+    if not (ROOT / "data" / "corpus").exists():
+        subprocess.run([slm, "corpus", "fetch"], cwd=here, env=env, check=True)
+    logs = ROOT / "runs" / "queue"
+    logs.mkdir(parents=True, exist_ok=True)
+    for entry, part in left:
+        log = logs / f"{spec_name(entry.spec)}-{part.label}.log"
+        print(f"[queue] {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} start {spec_name(entry.spec)} "
+              f"{part.label} (log {log})", flush=True)
+        with log.open("a") as out:
+            rc = subprocess.run([sys.executable, *entry.command(part)], cwd=here, env=env, stdout=out,
+                                stderr=subprocess.STDOUT).returncode
+        print(f"[queue] {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} end {spec_name(entry.spec)} "
+              f"{part.label}: exit {rc}", flush=True)
+        if not copy_back(entry, part, ROOT, here):
+            raise SystemExit(f"[queue] {spec_name(entry.spec)} {part.label} did not land (exit {rc}; its log: {log}): "
+                             "the queue stops here; rerun it to resume the part")
+
+
+if __name__ == "__main__":
+    main()

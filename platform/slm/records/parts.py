@@ -1,0 +1,59 @@
+"""A study's parts (``benchmarks/study_part.py``): each seed of a sweep spec, cut by ``jobs/<spec>/parts.yaml`` where
+it has one, and the ``part.json`` each leaves under its results folder when it lands.
+
+Who reads it: ``study_part.py`` (which runs a part's runs), ``benchmarks/queue.py`` (which parts are still to run)
+and the docs' quotes (where a study's parts stand), so that all three agree on what a study's parts are.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a study as committed: ``record`` is its ``part.json`` (None until it lands)."""
+
+    label: str  # seed0, or seed0-a: the folder under the study's results and the sweep name's tail
+    seed: int
+    cut: str | None  # the parts.yaml part, None where the spec runs one part a seed
+    record: dict | None
+
+
+def spec_name(spec: str | Path) -> str:
+    """A spec's study name (``jobs/sweeps/study2.yaml`` → ``study2``): its parts file is ``jobs/<name>/parts.yaml``,
+    its results ``benchmarks/results/<name>/``."""
+    return Path(spec).stem
+
+
+def cuts(root: Path, spec: str | Path) -> dict[str, list[str]]:
+    """The spec's parts file (``jobs/<name>/parts.yaml``): each part's runs (the plan's run names without the seed);
+    empty when the spec has none (one part a seed)."""
+    path = root / "jobs" / spec_name(spec) / "parts.yaml"
+    if not path.exists():
+        return {}
+    parts = (yaml.safe_load(path.read_text()) or {}).get("parts")
+    if not isinstance(parts, dict) or not parts:
+        raise ValueError(f"{path}: no 'parts' mapping (each part's name to its runs)")
+    return {str(name): list(runs) for name, runs in parts.items()}
+
+
+def study_parts(root: Path, spec: str | Path, results: str | Path | None = None) -> list[Part]:
+    """Each part of ``spec`` (its ``sweep.seeds`` × its parts file's parts), in run order, with the ``part.json``
+    under ``results`` (study_part's ``--out``; default ``benchmarks/results/<name>``), or None where it has not
+    landed."""
+    seeds = (yaml.safe_load((root / spec).read_text()) or {}).get("sweep", {}).get("seeds")
+    if not seeds:
+        raise ValueError(f"{root / spec}: no sweep.seeds")
+    folder = root / (results or Path("benchmarks/results") / spec_name(spec))
+    found = []
+    for seed in seeds:
+        for cut in list(cuts(root, spec)) or [None]:
+            label = f"seed{seed}" + (f"-{cut}" if cut else "")
+            record = folder / label / "part.json"
+            found.append(Part(label, seed, cut, json.loads(record.read_text()) if record.exists() else None))
+    return found
