@@ -42,7 +42,7 @@ def main() -> None:
             found[f"pretrain@{budget}"] = tuning.optima(losses)
             text.append(tuning.markdown(found[f"pretrain@{budget}"],
                                         f"## Pretraining rate, fully trained proxy at {budget:,} steps"))
-    rows = read_table(args.tables)
+    rows = read_table(args.tables) if (args.tables / "results.parquet").exists() else []  # pretraining alone
     if rows and SPECIALIZE_AXIS in rows[0]:
         losses = tuning.specialized_losses(rows, SPECIALIZE_AXIS)
         found["specialize"] = tuning.optima(losses, tuning.SPECIALIZE_REFERENCE_RATE)

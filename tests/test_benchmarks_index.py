@@ -55,3 +55,12 @@ def test_the_scripts_reach_the_platform_through_its_public_names():
                 if isinstance(base, ast.Name) and base.id == "slm":
                     private.append(f"{script.name}: {ast.unparse(node)}")
     assert private == [], private
+
+
+def test_no_script_shadows_a_standard_module():
+    """A script runs with benchmarks/ first on sys.path: one named like a standard module (``queue.py`` was) is what
+    every other script's imports then find — pyarrow failed to import ``queue.Queue`` in each of them."""
+    import sys
+
+    shadowing = [p.name for p in (ROOT / "benchmarks").glob("*.py") if p.stem in sys.stdlib_module_names]
+    assert shadowing == [], shadowing

@@ -44,6 +44,8 @@ def test_the_quoted_docs_have_blocks():
                           ("docs/results.md", "docs/quotes/like_with_like.md.j2"),
                           ("docs/results.md", "docs/quotes/queued_parts.md.j2"),
                           ("docs/results.md", "docs/quotes/c5_parts.md.j2"),
+                          ("docs/results.md", "docs/quotes/c5.md.j2"),
+                          ("docs/results.md", "docs/quotes/transfer.md.j2"),
                           ("docs/budgets.md", "docs/quotes/quickstart_issue28.md.j2"),
                           ("docs/budgets.md", "docs/quotes/quickstart_fresh.md.j2"),
                           ("docs/budgets.md", "docs/quotes/eval_sample.md.j2"),
@@ -94,6 +96,15 @@ def test_a_part_is_listed_when_its_part_json_lands(tmp_path):
     # A spec without parts.yaml runs one part a seed.
     (tmp_path / "jobs/sweeps/one.yaml").write_text("sweep:\n  seeds: [3]\n")
     assert [(p.label, p.cut) for p in Renderer(tmp_path).parts("jobs/sweeps/one.yaml")] == [("seed3", None)]
+
+
+def test_c5s_reading_renders_the_rule_on_a_committed_edition(renderer):
+    """docs/quotes/c5.md.j2, written before C5's parts ran, says "not yet" until its report lands (the docs as
+    committed), and on a report renders the rule's verdict from its claims: tried on the first edition's C5."""
+    text = renderer.env.get_template("docs/quotes/c5.md.j2").render(folder="benchmarks/results/study_report")
+    assert text.startswith("**The verdict: C5 inconclusive**")
+    assert "at **0.834, 1.000, 0.870** of the baseline's steps (1.000: never, at 1 of 3 seeds)" in text
+    assert "the refutation's p is 0.058: **inconclusive** at 3 seeds" in text
 
 
 def test_t_interval_is_students():

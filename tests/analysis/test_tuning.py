@@ -7,11 +7,16 @@ from __future__ import annotations
 import json
 import math
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from slm.analysis.quote import Renderer
 from slm.analysis.tuning import markdown, optimum, proxy_losses, specialized_losses, vertex
+
+ROOT = Path(__file__).resolve().parents[2]
 
 RATES = [2.5e-3, 5e-3, 1e-2, 2e-2, 4e-2, 8e-2]
 
@@ -109,6 +114,13 @@ def test_slm_rate_proposes_a_rate_only_where_the_optimum_carried(tmp_path, slm_c
     assert "within the measured sizes" in inside
     sp = slm_cli("rate", "--tuned", str(tmp_path), "--size", "d1w256", "--parametrization", "sp").stdout
     assert "no rate proposed for d1w256 under sp" in sp and "d1w256 -2.00" in sp and "tune the rate" in sp
+    # The reading docs/results.md renders when the real transfer lands (docs/quotes/transfer.md.j2), on these tables.
+    subprocess.run([sys.executable, str(ROOT / "benchmarks/lr_optimum.py"), str(tmp_path)], check=True,
+                   capture_output=True)
+    text = Renderer(ROOT).env.get_template("docs/quotes/transfer.md.j2").render(folder=str(tmp_path))
+    assert "| standard | d1w256 | 0.0025 [" in text and "| µP | d1w256 | 0.01 [" in text
+    assert "**µP transfers** over the measured sizes" in text
+    assert "**The standard parametrization does not transfer**" in text
 
 
 def test_slm_rate_reads_the_generic_models_optimum_among_several_methods():

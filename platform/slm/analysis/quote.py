@@ -530,7 +530,7 @@ class Renderer:
                                       keep_trailing_newline=True, autoescape=False)
         self.env.filters.update(FILTERS)
         self.env.tests["containing"] = lambda value, part: part in value
-        self.env.globals.update(study=self.study, json=self.json, csv=self.csv, text=self.text, parquet_metadata=self.parquet_metadata, rate=self.rate, parts=self.parts, spec=self.spec, check=self.check, decay_steps=decay_steps, min=min, max=max, abs=abs, zip=zip,
+        self.env.globals.update(study=self.study, json=self.json, csv=self.csv, text=self.text, parquet_metadata=self.parquet_metadata, rate=self.rate, parts=self.parts, exists=self.exists, spec=self.spec, check=self.check, decay_steps=decay_steps, min=min, max=max, abs=abs, zip=zip,
                                 t_interval=t_interval, paired=stats.paired, welch=stats.welch, summary=stats.summary,
                                 stdev=statistics.stdev, log=math.log,
                                 mean=statistics.fmean)
@@ -568,6 +568,10 @@ class Renderer:
         from slm.analysis.tuning import rate_from_tables
 
         return rate_from_tables(self.root / folder, size, parametrization)
+
+    def exists(self, path: str) -> bool:
+        """Whether a committed file is there: a reading written before its data renders "not yet" until it lands."""
+        return (self.root / path).exists()
 
     def parts(self, spec: str, results: str | None = None) -> list[Part]:
         """Each part of a study spec with its committed ``part.json`` or none (``slm.records.parts.study_parts``)."""

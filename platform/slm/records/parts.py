@@ -1,7 +1,7 @@
 """A study's parts (``benchmarks/study_part.py``): each seed of a sweep spec, cut by ``jobs/<spec>/parts.yaml`` where
 it has one, and the ``part.json`` each leaves under its results folder when it lands.
 
-Who reads it: ``study_part.py`` (which runs a part's runs), ``benchmarks/queue.py`` (which parts are still to run)
+Who reads it: ``study_part.py`` (which runs a part's runs), ``benchmarks/study_queue.py`` (which parts are still to run)
 and the docs' quotes (where a study's parts stand), so that all three agree on what a study's parts are.
 """
 

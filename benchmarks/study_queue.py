@@ -1,6 +1,6 @@
-"""Run the study parts still to run, one at a time, in benchmarks/queue.yaml's order (issues 63, 64).
+"""Run the study parts still to run, one at a time, in benchmarks/study_queue.yaml's order (issues 63, 64).
 
-    python benchmarks/queue.py [--dry-run] [--queue benchmarks/queue.yaml] [--worktree DIR]
+    python benchmarks/study_queue.py [--dry-run] [--queue benchmarks/study_queue.yaml] [--worktree DIR]
 
 Each part is ``benchmarks/study_part.py`` run from a git worktree of the queue's ``commit`` (default
 ``/tmp/slm-queue-<commit>``, made when missing, with this checkout's ``runs/`` and ``data/`` linked in: edits made
@@ -106,7 +106,7 @@ def worktree_of(commit: str, where: Path) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--queue", type=Path, default=ROOT / "benchmarks" / "queue.yaml")
+    parser.add_argument("--queue", type=Path, default=ROOT / "benchmarks" / "study_queue.yaml")
     parser.add_argument("--worktree", type=Path, help="default: /tmp/slm-queue-<commit>")
     parser.add_argument("--dry-run", action="store_true", help="list the parts left and their commands")
     args = parser.parse_args()

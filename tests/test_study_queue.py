@@ -1,4 +1,4 @@
-"""The study parts' queue (benchmarks/queue.py): which parts are left, what each runs, a landed part copied back,
+"""The study parts' queue (benchmarks/study_queue.py): which parts are left, what each runs, a landed part copied back,
 and the worktree the parts run in."""
 import importlib.util
 import json
@@ -17,7 +17,7 @@ needs_git = pytest.mark.skipif(not (REPO / ".git").exists(), reason=f"{REPO} is 
 
 @pytest.fixture(scope="module")
 def queue():
-    spec = importlib.util.spec_from_file_location("slm_queue", REPO / "benchmarks" / "queue.py")
+    spec = importlib.util.spec_from_file_location("slm_queue", REPO / "benchmarks" / "study_queue.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses resolve their annotations through it
     spec.loader.exec_module(module)
@@ -27,7 +27,7 @@ def queue():
 
 @needs_git
 def test_the_shipped_queue_names_committed_specs_and_a_commit_of_this_history(queue):
-    commit, entries = queue.read_queue(REPO / "benchmarks" / "queue.yaml")
+    commit, entries = queue.read_queue(REPO / "benchmarks" / "study_queue.yaml")
     subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=REPO, check=True)
     for entry in entries:
         assert (REPO / entry.spec).is_file(), entry.spec
@@ -37,7 +37,7 @@ def test_the_shipped_queue_names_committed_specs_and_a_commit_of_this_history(qu
 def test_a_committed_part_is_not_run_again_and_the_pinned_parts_keep_its_command(queue):
     """The like-with-like part (study2 pinned, seed 0, part c) is committed: it is not pending, and the queue runs
     the pinned edition's other parts with the command that part ran with (its part.json's overrides)."""
-    _, entries = queue.read_queue(REPO / "benchmarks" / "queue.yaml")
+    _, entries = queue.read_queue(REPO / "benchmarks" / "study_queue.yaml")
     pinned = next(e for e in entries if e.results() == "benchmarks/results/study2_pinned")
     left = [part.label for entry, part in queue.pending(entries, REPO) if entry is pinned]
     assert "seed0-c" not in left and "seed1-c" in left and len(left) == 19
@@ -66,9 +66,9 @@ def test_a_part_landed_in_the_worktree_is_copied_back(queue, tmp_path):
 
 
 def test_a_queue_entry_with_an_unknown_key_is_refused(queue, tmp_path):
-    path = tmp_path / "queue.yaml"
+    path = tmp_path / "study_queue.yaml"
     path.write_text("commit: HEAD\nqueue:\n  - spec: jobs/sweeps/c5.yaml\n    seeds: [0]\n")
-    with pytest.raises(SystemExit, match=r"queue.yaml: queue\[0\]: unknown keys \['seeds'\]"):
+    with pytest.raises(SystemExit, match=r"study_queue.yaml: queue\[0\]: unknown keys \['seeds'\]"):
         queue.read_queue(path)
 
 
