@@ -46,6 +46,7 @@ def test_the_quoted_docs_have_blocks():
                           ("docs/results.md", "docs/quotes/c5_parts.md.j2"),
                           ("docs/results.md", "docs/quotes/c5.md.j2"),
                           ("docs/results.md", "docs/quotes/transfer.md.j2"),
+                          ("docs/results.md", "docs/quotes/study2_own.md.j2"),
                           ("docs/budgets.md", "docs/quotes/quickstart_issue28.md.j2"),
                           ("docs/budgets.md", "docs/quotes/quickstart_fresh.md.j2"),
                           ("docs/budgets.md", "docs/quotes/eval_sample.md.j2"),
@@ -105,6 +106,21 @@ def test_c5s_reading_renders_the_rule_on_a_committed_edition(renderer):
     assert text.startswith("**The verdict: C5 inconclusive**")
     assert "at **0.834, 1.000, 0.870** of the baseline's steps (1.000: never, at 1 of 3 seeds)" in text
     assert "the refutation's p is 0.058: **inconclusive** at 3 seeds" in text
+
+
+def test_the_own_rate_reading_sets_two_editions_side_by_side(renderer):
+    """docs/quotes/study2_own.md.j2, written before the own-rate edition ran: the first edition beside the second
+    (their shared comparisons matched by condition) lists each changed verdict with why; the second beside itself
+    changes none; and it refuses parts that did not train pinned (the second edition's native parts)."""
+    template = renderer.env.get_template("docs/quotes/study2_own.md.j2")
+    text = template.render(folder=STUDY2, before="benchmarks/results/study_report", tables="benchmarks/results/none")
+    assert "| C1 | **inconclusive** | **does not hold** | 9 / 0 / 6 → 9 / 3 / 3 | 3 of 15" in text
+    assert ("- C1, legal, 25,000 tokens, 25 steps: SLM-is vs soup: inconclusive → **does not hold** "
+            "(b moved 31.48 → 27.79 (outside ±0.84); the interval narrowed 0.52×)") in text
+    same = template.render(folder=STUDY2, tables="benchmarks/results/none")
+    assert "No comparison's verdict changed" in same and "**" not in same.split("| claim |")[1]
+    with pytest.raises(QuoteError, match="seed0-a trained pinned"):
+        template.render(folder=STUDY2, tables="benchmarks/results/study2")
 
 
 def test_t_interval_is_students():

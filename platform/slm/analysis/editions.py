@@ -95,6 +95,12 @@ class ClaimPair:
     def changed(self) -> bool:
         return self.before != self.after
 
+    def counts(self, side: str) -> str:
+        """``3 / 1 / 8``: the matched comparisons that hold / do not hold / are inconclusive in one edition
+        (``side``: ``before`` or ``after``)."""
+        verdicts = [getattr(c, side).verdict for c in self.comparisons]
+        return " / ".join(str(verdicts.count(v)) for v in ("holds", "does not hold", "inconclusive"))
+
 
 def read_claims(report: Path) -> list[dict]:
     """A report folder's claims (``report/claims.json``), or a clear error naming the file."""

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import jinja2
 
-from slm.analysis import ladder, stats
+from slm.analysis import editions, ladder, stats
 from slm.analysis.claims import Comparison, Design, judge
 from slm.analysis.power import (
     ClaimPower,
@@ -530,7 +530,7 @@ class Renderer:
                                       keep_trailing_newline=True, autoescape=False)
         self.env.filters.update(FILTERS)
         self.env.tests["containing"] = lambda value, part: part in value
-        self.env.globals.update(study=self.study, json=self.json, csv=self.csv, text=self.text, parquet_metadata=self.parquet_metadata, rate=self.rate, parts=self.parts, exists=self.exists, spec=self.spec, check=self.check, decay_steps=decay_steps, min=min, max=max, abs=abs, zip=zip,
+        self.env.globals.update(study=self.study, json=self.json, csv=self.csv, text=self.text, parquet_metadata=self.parquet_metadata, rate=self.rate, parts=self.parts, exists=self.exists, beside=self.beside, spec=self.spec, check=self.check, decay_steps=decay_steps, min=min, max=max, abs=abs, zip=zip,
                                 t_interval=t_interval, paired=stats.paired, welch=stats.welch, summary=stats.summary,
                                 stdev=statistics.stdev, log=math.log,
                                 mean=statistics.fmean)
@@ -568,6 +568,11 @@ class Renderer:
         from slm.analysis.tuning import rate_from_tables
 
         return rate_from_tables(self.root / folder, size, parametrization)
+
+    def beside(self, before: str, after: str) -> list[editions.ClaimPair]:
+        """Two committed editions' claims side by side (``slm.analysis.editions``: comparisons matched by condition,
+        a changed verdict with why, from the rows)."""
+        return editions.side_by_side(editions.read_claims(self.root / before), editions.read_claims(self.root / after))
 
     def exists(self, path: str) -> bool:
         """Whether a committed file is there: a reading written before its data renders "not yet" until it lands."""
