@@ -45,6 +45,7 @@ def test_the_quoted_docs_have_blocks():
                           ("docs/results.md", "docs/quotes/queued_parts.md.j2"),
                           ("docs/results.md", "docs/quotes/c5_parts.md.j2"),
                           ("docs/results.md", "docs/quotes/c5.md.j2"),
+                          ("docs/results.md", "docs/quotes/c5_baselines.md.j2"),
                           ("docs/results.md", "docs/quotes/transfer.md.j2"),
                           ("docs/results.md", "docs/quotes/study2_own.md.j2"),
                           ("docs/budgets.md", "docs/quotes/quickstart_issue28.md.j2"),
