@@ -50,9 +50,9 @@ def study_parts(root: Path, spec: str | Path, results: str | Path | None = None)
     if not seeds:
         raise ValueError(f"{root / spec}: no sweep.seeds")
     folder = root / (results or Path("benchmarks/results") / spec_name(spec))
-    found = []
+    found, each_seed = [], list(cuts(root, spec)) or [None]
     for seed in seeds:
-        for cut in list(cuts(root, spec)) or [None]:
+        for cut in each_seed:
             label = f"seed{seed}" + (f"-{cut}" if cut else "")
             record = folder / label / "part.json"
             found.append(Part(label, seed, cut, json.loads(record.read_text()) if record.exists() else None))
