@@ -125,8 +125,8 @@ def main() -> None:
     print(f"[queue] {len(left)} parts to run, from {commit} in {here}", flush=True)
     env = {**os.environ, "PYTHONPATH": str(here / "platform"), "HF_HUB_OFFLINE": "1"}
     slm = str(Path(sys.executable).with_name("slm"))
-    if not (ROOT / "data" / "corpus").exists():
-        subprocess.run([slm, "corpus", "fetch"], cwd=here, env=env, check=True)
+    if left and not (ROOT / "data" / "corpus").exists():  # a fresh machine: the sources the parts' corpus stage builds from
+        subprocess.run([slm, "corpus", "fetch", "--config", left[0][0].spec], cwd=here, env=env, check=True)
     logs = ROOT / "runs" / "queue"
     logs.mkdir(parents=True, exist_ok=True)
     for entry, part in left:
