@@ -7,8 +7,10 @@ Each part is ``benchmarks/study_part.py`` run from a git worktree of the queue's
 here meanwhile never reach a running part, and the data stages and finished runs are shared). A part whose
 ``part.json`` is in this checkout is skipped; one that landed in the worktree is copied back and skipped; an
 interrupted one is started again and resumes (finished runs and trials kept, the rest from their checkpoints).
-Each part's tables are copied into this checkout's results folder as it lands — commit them. On a fresh
-machine the corpus is fetched first (``slm corpus fetch``). Logs: ``runs/queue/<study>-<label>.log``.
+Each part's tables are copied into this checkout's results folder as it lands, then its entry's ``after_each``
+commands run here (and ``after_all`` once its last part is in: the report that combines the parts), then ``slm docs
+write`` — commit what changed. On a fresh machine the corpus is fetched first (``slm corpus fetch``). Logs:
+``runs/queue/<study>-<label>.log``.
 
 ``--dry-run`` lists the parts left, in order, with the command each runs, and exits.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -39,14 +42,20 @@ class Entry:
     out: str | None = None  # study_part's --out (default benchmarks/results/<study>)
     name: str | None = None  # the sweep name, with {label} (default: study_part's <study>-<label>)
     overrides: tuple[str, ...] = ()
+    # Commands run in this checkout when one of its parts lands / when its last part lands (the readings that combine
+    # committed parts): `python` and `slm` are this environment's.
+    after_each: tuple[str, ...] = ()
+    after_all: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, raw: dict, where: str) -> Entry:
-        unknown = set(raw) - {"spec", "out", "name", "overrides"}
+        keys = {"spec", "out", "name", "overrides", "after_each", "after_all"}
+        unknown = set(raw) - keys
         if unknown or "spec" not in raw:
             raise SystemExit(f"{where}: {'unknown keys ' + str(sorted(unknown)) if unknown else 'no spec'} "
-                             "(an entry has spec and optionally out, name, overrides)")
-        return cls(raw["spec"], raw.get("out"), raw.get("name"), tuple(raw.get("overrides") or ()))
+                             f"(an entry has spec and optionally {', '.join(sorted(keys - {'spec'}))})")
+        return cls(raw["spec"], raw.get("out"), raw.get("name"), tuple(raw.get("overrides") or ()),
+                   tuple(raw.get("after_each") or ()), tuple(raw.get("after_all") or ()))
 
     def results(self) -> str:
         return self.out or f"benchmarks/results/{spec_name(self.spec)}"
@@ -87,6 +96,25 @@ def copy_back(entry: Entry, part: Part, checkout: Path, worktree: Path) -> bool:
     return True
 
 
+def after_landing(entry: Entry, checkout: Path) -> list[str]:
+    """What a landed part sets going in this checkout: its entry's ``after_each``, its ``after_all`` when no part of
+    the entry is left, then ``slm docs write`` (the docs' generated numbers from the new tables). Each command as run;
+    a failing one stops the queue, naming it."""
+    commands = list(entry.after_each)
+    if all(part.record is not None for part in study_parts(checkout, entry.spec, entry.results())):
+        commands += entry.after_all
+    commands.append("slm docs write")
+    bin_dir = Path(sys.executable).parent
+    for command in commands:
+        argv = shlex.split(command)
+        argv[0] = sys.executable if argv[0] == "python" else str(bin_dir / argv[0]) if argv[0] == "slm" else argv[0]
+        print(f"[queue] {command}", flush=True)
+        done = subprocess.run(argv, cwd=checkout, capture_output=True, text=True)
+        if done.returncode:
+            raise SystemExit(f"[queue] {command} exited {done.returncode} in {checkout}:\n{done.stderr[-2000:]}")
+    return commands
+
+
 def worktree_of(commit: str, where: Path) -> Path:
     """A worktree of ``commit`` with this checkout's runs/ and data/ linked in (made when missing)."""
     if not where.exists():
@@ -121,7 +149,10 @@ def main() -> None:
             print(f"  {spec_name(entry.spec)} {part.label}: {what}")
         return
     here = worktree_of(commit, worktree)
-    left = [(entry, part) for entry, part in left if not copy_back(entry, part, ROOT, here)]
+    landed_before = [(entry, part) for entry, part in left if copy_back(entry, part, ROOT, here)]
+    for entry in dict.fromkeys(entry for entry, _ in landed_before):
+        after_landing(entry, ROOT)
+    left = [(entry, part) for entry, part in left if (entry, part) not in landed_before]
     print(f"[queue] {len(left)} parts to run, from {commit} in {here}", flush=True)
     env = {**os.environ, "PYTHONPATH": str(here / "platform"), "HF_HUB_OFFLINE": "1"}
     slm = str(Path(sys.executable).with_name("slm"))
@@ -141,6 +172,7 @@ def main() -> None:
         if not copy_back(entry, part, ROOT, here):
             raise SystemExit(f"[queue] {spec_name(entry.spec)} {part.label} did not land (exit {rc}; its log: {log}): "
                              "the queue stops here; rerun it to resume the part")
+        after_landing(entry, ROOT)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 and the worktree the parts run in."""
 import importlib.util
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,9 @@ def test_the_shipped_queue_names_committed_specs_and_a_commit_of_this_history(qu
     for entry in entries:
         assert (REPO / entry.spec).is_file(), entry.spec
         assert study_parts(REPO, entry.spec, entry.results())  # its seeds × its parts
+        for command in entry.after_each + entry.after_all:  # each names a script of the tree or an slm command
+            argv = shlex.split(command)
+            assert (argv[0] == "python" and (REPO / argv[1]).is_file()) or argv[:2] == ["slm", "report"], command
 
 
 def test_a_committed_part_is_not_run_again_and_the_pinned_parts_keep_its_command(queue):
@@ -91,3 +95,27 @@ def test_study_parts_are_each_seed_cut_by_the_parts_file():
     assert cuts(REPO, "jobs/sweeps/c5.yaml") == {}
     labels = [p.label for p in study_parts(REPO, "jobs/sweeps/transfer.yaml")]
     assert labels[:4] == ["seed0-sp-low", "seed0-sp-high", "seed0-mup-low", "seed0-mup-high"] and len(labels) == 8
+
+
+def test_a_landing_runs_its_entrys_commands_and_the_combining_one_when_the_last_part_is_in(queue, tmp_path):
+    """after_each runs at each landing; after_all only once every part of the entry is in; then `slm docs write`
+    (here on a README without quote blocks); a failing command stops the queue naming it."""
+    checkout = tmp_path
+    (checkout / "jobs/sweeps").mkdir(parents=True)
+    (checkout / "jobs/sweeps/toy.yaml").write_text("sweep:\n  seeds: [0, 1]\n")
+    (checkout / "README.md").write_text("# toy\n")
+    (checkout / "docs").mkdir()
+    each = "python -c \"import pathlib; p = pathlib.Path('each.txt'); p.write_text(p.read_text() + 'x' if p.exists() else 'x')\""
+    entry = queue.Entry("jobs/sweeps/toy.yaml", after_each=(each,), after_all=("python -c \"open('all.txt', 'w')\"",))
+    first = checkout / "benchmarks/results/toy/seed0"
+    first.mkdir(parents=True)
+    (first / "part.json").write_text("{}")
+    assert queue.after_landing(entry, checkout) == [each, "slm docs write"]
+    assert (checkout / "each.txt").read_text() == "x" and not (checkout / "all.txt").exists()
+    (checkout / "benchmarks/results/toy/seed1").mkdir()
+    (checkout / "benchmarks/results/toy/seed1/part.json").write_text("{}")
+    assert queue.after_landing(entry, checkout)[1] == entry.after_all[0]
+    assert (checkout / "each.txt").read_text() == "xx" and (checkout / "all.txt").exists()
+    failing = queue.Entry("jobs/sweeps/toy.yaml", after_each=("python -c \"raise SystemExit(3)\"",))
+    with pytest.raises(SystemExit, match=r"raise SystemExit\(3\)\" exited 3"):
+        queue.after_landing(failing, checkout)
