@@ -530,10 +530,16 @@ class Renderer:
                                       keep_trailing_newline=True, autoescape=False)
         self.env.filters.update(FILTERS)
         self.env.tests["containing"] = lambda value, part: part in value
-        self.env.globals.update(study=self.study, json=self.json, csv=self.csv, text=self.text, parquet_metadata=self.parquet_metadata, rate=self.rate, parts=self.parts, exists=self.exists, beside=self.beside, spec=self.spec, check=self.check, decay_steps=decay_steps, min=min, max=max, abs=abs, zip=zip,
-                                t_interval=t_interval, paired=stats.paired, welch=stats.welch, summary=stats.summary,
-                                stdev=statistics.stdev, log=math.log,
-                                mean=statistics.fmean)
+        self.env.globals.update(
+            # the committed files a template reads
+            study=self.study, json=self.json, csv=self.csv, text=self.text, spec=self.spec,
+            parquet_metadata=self.parquet_metadata, exists=self.exists, parts=self.parts,
+            # readings computed from them
+            rate=self.rate, beside=self.beside, decay_steps=decay_steps,
+            t_interval=t_interval, paired=stats.paired, welch=stats.welch, summary=stats.summary,
+            stdev=statistics.stdev, mean=statistics.fmean, log=math.log, min=min, max=max, abs=abs, zip=zip,
+            # the prose held to the data
+            check=self.check)
 
     def study(self, folder: str) -> Study:
         if folder not in self._studies:
