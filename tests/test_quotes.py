@@ -29,7 +29,8 @@ def test_every_quoted_number_is_the_tables():
 
 def test_the_quoted_docs_have_blocks():
     """The verdict sections are generated, not typed: the check above covers them."""
-    for doc, template in (("docs/results.md", "docs/quotes/study2_verdicts.md.j2"),
+    for doc, template in (("docs/results.md", "docs/quotes/results_status.md.j2"),
+                          ("docs/results.md", "docs/quotes/study2_verdicts.md.j2"),
                           ("docs/results.md", "docs/quotes/study_verdicts.md.j2"),
                           ("docs/results.md", "docs/quotes/d2_split.md.j2"),
                           ("docs/results.md", "docs/quotes/pilot.md.j2"),
