@@ -9,7 +9,8 @@ here meanwhile never reach a running part, and the data stages and finished runs
 interrupted one is started again and resumes (finished runs and trials kept, the rest from their checkpoints).
 Each part's tables are copied into this checkout's results folder as it lands, then its entry's ``after_each``
 commands run here (and ``after_all`` once its last part is in: the report that combines the parts), then ``slm docs
-write`` — commit what changed. On a fresh machine the corpus is fetched first (``slm corpus fetch``). Logs:
+write`` (and once at the start for what is already in, so a queue stopped between a copy and its chores
+leaves none undone) — commit what changed. On a fresh machine the corpus is fetched first (``slm corpus fetch``). Logs:
 ``runs/queue/<study>-<label>.log``.
 
 ``--dry-run`` lists the parts left, in order, with the command each runs, and exits.
@@ -149,10 +150,12 @@ def main() -> None:
             print(f"  {spec_name(entry.spec)} {part.label}: {what}")
         return
     here = worktree_of(commit, worktree)
-    landed_before = [(entry, part) for entry, part in left if copy_back(entry, part, ROOT, here)]
-    for entry in dict.fromkeys(entry for entry, _ in landed_before):
-        after_landing(entry, ROOT)
-    left = [(entry, part) for entry, part in left if (entry, part) not in landed_before]
+    left = [(entry, part) for entry, part in left if not copy_back(entry, part, ROOT, here)]
+    # Each entry's chores once at the start, for what is in: a queue stopped between a copy and its chores (the
+    # session ended) leaves none undone; they are idempotent and take seconds.
+    for entry in entries:
+        if any(part.record is not None for part in study_parts(ROOT, entry.spec, entry.results())):
+            after_landing(entry, ROOT)
     print(f"[queue] {len(left)} parts to run, from {commit} in {here}", flush=True)
     env = {**os.environ, "PYTHONPATH": str(here / "platform"), "HF_HUB_OFFLINE": "1"}
     slm = str(Path(sys.executable).with_name("slm"))
