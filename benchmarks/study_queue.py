@@ -153,9 +153,10 @@ def main() -> None:
     left = [(entry, part) for entry, part in left if not copy_back(entry, part, ROOT, here)]
     # Each entry's chores once at the start, for what is in: a queue stopped between a copy and its chores (the
     # session ended) leaves none undone; they are idempotent and take seconds.
+    failed: list[str] = []  # a reading that fails is said, and never holds up the parts after it
     for entry in entries:
         if any(part.record is not None for part in study_parts(ROOT, entry.spec, entry.results())):
-            after_landing(entry, ROOT)
+            chores(entry, failed)
     print(f"[queue] {len(left)} parts to run, from {commit} in {here}", flush=True)
     env = {**os.environ, "PYTHONPATH": str(here / "platform"), "HF_HUB_OFFLINE": "1"}
     slm = str(Path(sys.executable).with_name("slm"))
@@ -175,7 +176,18 @@ def main() -> None:
         if not copy_back(entry, part, ROOT, here):
             raise SystemExit(f"[queue] {spec_name(entry.spec)} {part.label} did not land (exit {rc}; its log: {log}): "
                              "the queue stops here; rerun it to resume the part")
+        chores(entry, failed)
+    if failed:
+        raise SystemExit("[queue] every part ran; these chores failed (rerun them by hand, then commit):\n"
+                         + "\n".join(failed))
+
+
+def chores(entry: Entry, failed: list[str]) -> None:
+    try:
         after_landing(entry, ROOT)
+    except SystemExit as err:
+        print(err, flush=True)
+        failed.append(str(err).splitlines()[0])
 
 
 if __name__ == "__main__":

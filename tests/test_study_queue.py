@@ -97,7 +97,7 @@ def test_study_parts_are_each_seed_cut_by_the_parts_file():
     assert labels[:4] == ["seed0-sp-low", "seed0-sp-high", "seed0-mup-low", "seed0-mup-high"] and len(labels) == 8
 
 
-def test_a_landing_runs_its_entrys_commands_and_the_combining_one_when_the_last_part_is_in(queue, tmp_path):
+def test_a_landing_runs_its_entrys_commands_and_the_combining_one_when_the_last_part_is_in(queue, tmp_path, monkeypatch):
     """after_each runs at each landing; after_all only once every part of the entry is in; then `slm docs write`
     (here on a README without quote blocks); a failing command stops the queue naming it."""
     checkout = tmp_path
@@ -119,3 +119,8 @@ def test_a_landing_runs_its_entrys_commands_and_the_combining_one_when_the_last_
     failing = queue.Entry("jobs/sweeps/toy.yaml", after_each=("python -c \"raise SystemExit(3)\"",))
     with pytest.raises(SystemExit, match=r"raise SystemExit\(3\)\" exited 3"):
         queue.after_landing(failing, checkout)
+    # In the queue a failing chore is said and recorded, and the parts after it still run.
+    monkeypatch.setattr(queue, "ROOT", checkout)
+    failed = []
+    queue.chores(failing, failed)
+    assert len(failed) == 1 and "exited 3" in failed[0]
