@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from slm.artifacts import atomic_write_json
-from slm.records.parts import cuts, spec_name
+from slm.records.parts import cuts, part_label, spec_name
 from slm.records.table import SWEEP_TABLES
 from slm.runtime import cpu_flags, cpu_model
 
@@ -52,7 +52,8 @@ def main() -> None:
     spec = args.spec.resolve()
     study = spec_name(spec)  # study, study2
     args.out = args.out or str(ROOT / "benchmarks" / "results" / study)
-    name = f"{study}-seed{args.seed}" + (f"-{args.part}" if args.part else "")
+    label = part_label(args.seed, args.part)
+    name = f"{study}-{label}"
     overrides = [f"sweep.seeds=[{args.seed}]", f"sweep.name={name}", *args.overrides]
     if args.part:
         parts = cuts(ROOT, spec)
@@ -76,7 +77,7 @@ def main() -> None:
     sweep = run_dir / "sweeps" / sweep_name
     if rc and not (sweep / "results.parquet").exists():
         raise SystemExit(f"slm run exited {rc} before the sweep wrote its table: nothing to commit (rerun: it resumes)")
-    out = Path(args.out) / name.removeprefix(f"{study}-")  # seed0, or seed0-a for a part
+    out = Path(args.out) / label
     out.mkdir(parents=True, exist_ok=True)
     for table in SWEEP_TABLES:
         shutil.copy2(sweep / table, out / table)

@@ -30,6 +30,12 @@ def spec_name(spec: str | Path) -> str:
     return Path(spec).stem
 
 
+def part_label(seed: int, cut: str | None) -> str:
+    """A part's label: ``seed0``, or ``seed0-a`` for a parts file's part — its results folder, and its sweep name
+    after ``<study>-``."""
+    return f"seed{seed}" + (f"-{cut}" if cut else "")
+
+
 def cuts(root: Path, spec: str | Path) -> dict[str, list[str]]:
     """The spec's parts file (``jobs/<name>/parts.yaml``): each part's runs (the plan's run names without the seed);
     empty when the spec has none (one part a seed)."""
@@ -53,7 +59,7 @@ def study_parts(root: Path, spec: str | Path, results: str | Path | None = None)
     found, each_seed = [], list(cuts(root, spec)) or [None]
     for seed in seeds:
         for cut in each_seed:
-            label = f"seed{seed}" + (f"-{cut}" if cut else "")
+            label = part_label(seed, cut)
             record = folder / label / "part.json"
             found.append(Part(label, seed, cut, json.loads(record.read_text()) if record.exists() else None))
     return found
