@@ -28,6 +28,7 @@ from pathlib import Path
 import jinja2
 
 from slm.analysis import editions, ladder, stats
+from slm.analysis.advise import advise_each
 from slm.analysis.claims import Comparison, Design, judge
 from slm.analysis.power import (
     ClaimPower,
@@ -535,7 +536,7 @@ class Renderer:
             study=self.study, json=self.json, csv=self.csv, text=self.text, spec=self.spec,
             parquet_metadata=self.parquet_metadata, exists=self.exists, parts=self.parts,
             # readings computed from them
-            rate=self.rate, beside=self.beside, decay_steps=decay_steps,
+            rate=self.rate, advise=self.advise, beside=self.beside, decay_steps=decay_steps,
             t_interval=t_interval, paired=stats.paired, welch=stats.welch, summary=stats.summary,
             stdev=statistics.stdev, mean=statistics.fmean, log=math.log, min=min, max=max, abs=abs, zip=zip,
             # the prose held to the data
@@ -574,6 +575,11 @@ class Renderer:
         from slm.analysis.tuning import rate_from_tables
 
         return rate_from_tables(self.root / folder, size, parametrization)
+
+    def advise(self, folder: str, **budgets) -> list[dict]:
+        """``slm advise``'s answers (one per domain) from a committed sweep table at these budgets
+        (``slm.analysis.advise.advise_each``: the measured answer and the fitted curves')."""
+        return advise_each(read_table(self.root / folder), **budgets)
 
     def beside(self, before: str, after: str) -> list[editions.ClaimPair]:
         """Two committed editions' claims side by side (``slm.analysis.editions``: comparisons matched by condition,
