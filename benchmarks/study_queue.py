@@ -78,8 +78,7 @@ def read_queue(path: Path) -> tuple[str, list[Entry]]:
 
 def pending(entries: list[Entry], checkout: Path) -> list[tuple[Entry, Part]]:
     """The parts without a ``part.json`` in this checkout, in order."""
-    return [(entry, part) for entry in entries for part in study_parts(checkout, entry.spec, entry.results())
-            if part.record is None]
+    return [(entry, part) for entry in entries for part in study_parts(checkout, entry.spec, entry.results()).waiting]
 
 
 def landed(entry: Entry, part: Part, worktree: Path) -> bool:
@@ -102,7 +101,7 @@ def after_landing(entry: Entry, checkout: Path) -> list[str]:
     the entry is left, then ``slm docs write`` (the docs' generated numbers from the new tables). Each command as run;
     a failing one stops the queue, naming it."""
     commands = list(entry.after_each)
-    if all(part.record is not None for part in study_parts(checkout, entry.spec, entry.results())):
+    if study_parts(checkout, entry.spec, entry.results()).complete:
         commands += entry.after_all
     commands.append("slm docs write")
     bin_dir = Path(sys.executable).parent
@@ -155,7 +154,7 @@ def main() -> None:
     # session ended) leaves none undone; they are idempotent and take seconds.
     failed: list[str] = []  # a reading that fails is said, and never holds up the parts after it
     for entry in entries:
-        if any(part.record is not None for part in study_parts(ROOT, entry.spec, entry.results())):
+        if study_parts(ROOT, entry.spec, entry.results()).landed:
             chores(entry, failed)
     print(f"[queue] {len(left)} parts to run, from {commit} in {here}", flush=True)
     env = {**os.environ, "PYTHONPATH": str(here / "platform"), "HF_HUB_OFFLINE": "1"}

@@ -66,6 +66,8 @@ def test_a_part_landed_in_the_worktree_is_copied_back(queue, tmp_path):
     assert queue.copy_back(entry, part, checkout, worktree)
     assert (checkout / "benchmarks/results/toy/seed0/results.csv").read_text() == "trial\n"
     assert [p.label for _, p in queue.pending([entry], checkout)] == ["seed1"]
+    parts = study_parts(checkout, entry.spec)
+    assert [p.label for p in parts.landed] == ["seed0"] and not parts.complete and str(parts) == "1 of 2"
     assert not queue.copy_back(entry, study_parts(checkout, entry.spec)[1], checkout, worktree)
 
 

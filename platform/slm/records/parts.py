@@ -48,7 +48,27 @@ def cuts(root: Path, spec: str | Path) -> dict[str, list[str]]:
     return {str(name): list(runs) for name, runs in parts.items()}
 
 
-def study_parts(root: Path, spec: str | Path, results: str | Path | None = None) -> list[Part]:
+class Parts(list):
+    """A study's parts in run order (a list of ``Part``), and which of them have landed."""
+
+    @property
+    def landed(self) -> list[Part]:
+        return [p for p in self if p.record is not None]
+
+    @property
+    def waiting(self) -> list[Part]:
+        return [p for p in self if p.record is None]
+
+    @property
+    def complete(self) -> bool:
+        return not self.waiting
+
+    def __str__(self) -> str:
+        """``3 of 5``: how many parts are in."""
+        return f"{len(self.landed)} of {len(self)}"
+
+
+def study_parts(root: Path, spec: str | Path, results: str | Path | None = None) -> Parts:
     """Each part of ``spec`` (its ``sweep.seeds`` × its parts file's parts), in run order, with the ``part.json``
     under ``results`` (study_part's ``--out``; default ``benchmarks/results/<name>``), or None where it has not
     landed."""
@@ -56,7 +76,7 @@ def study_parts(root: Path, spec: str | Path, results: str | Path | None = None)
     if not seeds:
         raise ValueError(f"{root / spec}: no sweep.seeds")
     folder = root / (results or Path("benchmarks/results") / spec_name(spec))
-    found, each_seed = [], list(cuts(root, spec)) or [None]
+    found, each_seed = Parts(), list(cuts(root, spec)) or [None]
     for seed in seeds:
         for cut in each_seed:
             label = part_label(seed, cut)
