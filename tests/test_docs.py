@@ -42,12 +42,13 @@ def test_the_advice_quoted_in_the_docs_is_what_the_command_prints():
     import re
 
     from slm.analysis.advise import advise_sweep, format_each
+    from slm.analysis.advise_command import budgets_of, parse_command
 
     text = (REPO / "docs" / "budgets.md").read_text()
+    command = re.search(r"## Advice\n.*?```bash\n(.*?)```", text, re.S).group(1)
     quoted = re.search(r"## Advice\n.*?```text\n(.*?)```", text, re.S).group(1).splitlines()
-    printed = format_each(advise_sweep(REPO / "benchmarks" / "results" / "quickstart_wsd", pretrain_budget=3e12,
-                                         specialization_budget=1e12, inference_budget=1e7, domain_tokens=40000,
-                                         domains=4)).splitlines()
+    asked = budgets_of(parse_command(command))  # the budgets as the page's command writes them
+    printed = format_each(advise_sweep(REPO / "benchmarks" / "results" / "quickstart_wsd", **asked)).splitlines()
     assert quoted == printed[:len(quoted)]
 
 

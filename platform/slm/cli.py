@@ -26,6 +26,7 @@ import re
 import sys
 from pathlib import Path
 
+from slm.analysis import advise_command
 from slm.artifacts import RunLockedError, atomic_write_json
 from slm.config import ConfigError, check_name, dump_yaml
 from slm.job import JobConfig, load_job
@@ -206,9 +207,7 @@ def cmd_rate(args) -> int:
 def cmd_advise(args) -> int:
     from slm.analysis.advise import advise_sweep, format_each
 
-    answers = advise_sweep(args.sweep, pretrain_budget=args.pretrain_budget,
-                           specialization_budget=args.specialization_budget, inference_budget=args.inference_budget,
-                           domain_tokens=args.domain_tokens, domains=args.domains, unit=args.unit, domain=args.domain)
+    answers = advise_sweep(args.sweep, **advise_command.budgets_of(args))
     print(format_each(answers))
     return 0
 
@@ -372,15 +371,7 @@ def parser() -> argparse.ArgumentParser:
                           "which verdicts change and why")
     rep.set_defaults(fn=cmd_report)
     adv = sub.add_parser("advise", help="which method and size win for your budgets, from a sweep")
-    adv.add_argument("--sweep", required=True, help="a sweep folder or its results.parquet")
-    adv.add_argument("--pretrain-budget", type=float, required=True, help="generic pretraining (FLOPs)")
-    adv.add_argument("--specialization-budget", type=float, required=True, help="per domain (FLOPs)")
-    adv.add_argument("--inference-budget", type=float, required=True, help="FLOPs per token served")
-    adv.add_argument("--domain-tokens", type=int, required=True, help="in-domain tokens you have")
-    adv.add_argument("--domains", type=int, default=1, help="N, the domains you will specialize for")
-    adv.add_argument("--domain", help="only rows of this domain")
-    adv.add_argument("--unit", choices=["flops", "device_seconds"], default="flops",
-                     help="the unit of the pretraining and specialization budgets")
+    advise_command.add_arguments(adv)
     adv.set_defaults(fn=cmd_advise)
     rate = sub.add_parser("rate", help="the peak learning rate for your model's size, from a transfer sweep's tables")
     rate.add_argument("--tuned", required=True, help="a transfer sweep's tables (`slm report --tables … --out` of "

@@ -43,3 +43,21 @@ def test_a_table_of_several_domains_needs_one_named():
     with pytest.raises(ValueError, match=r"no measured row for domain 'math' \(the table has code, legal, medical\)"):
         advise(rows, domain="math", **ASK)
     assert advise(rows, domain="legal", **ASK)["answer"]["method"] == "soup"
+
+
+def test_a_quoted_advise_command_is_read_with_the_clis_own_arguments():
+    """The docs' quoted answers are computed at the budgets their `slm advise` line asks (slm.analysis.advise_command,
+    which the CLI parses with too): continuations and a venv path read as the shell would; anything else refused."""
+    import argparse
+
+    from slm.analysis.advise_command import budgets_of, parse_command
+
+    asked = budgets_of(parse_command(".venv/bin/slm advise --sweep runs/x --pretrain-budget 3e12 \\\n"
+                                     "    --specialization-budget 1e12 --inference-budget 1e7 --domain-tokens 40000"))
+    assert asked == {"pretrain_budget": 3e12, "specialization_budget": 1e12, "inference_budget": 1e7,
+                     "domain_tokens": 40000, "domains": 1, "domain": None, "unit": "flops"}
+    with pytest.raises(ValueError, match="not an `slm advise` command"):
+        parse_command("slm report runs/x")
+    with pytest.raises(argparse.ArgumentError, match="--domains: invalid int value: 'four'"):
+        parse_command("slm advise --sweep x --pretrain-budget 1 --specialization-budget 1 --inference-budget 1 "
+                      "--domain-tokens 1 --domains four")

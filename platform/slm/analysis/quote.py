@@ -16,6 +16,7 @@ fitted with its interval or "no interval", and an inconclusive comparison prints
 """
 from __future__ import annotations
 
+import argparse
 import difflib
 import json
 import math
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import jinja2
 
-from slm.analysis import editions, ladder, stats
+from slm.analysis import advise_command, editions, ladder, stats
 from slm.analysis.advise import advise_each
 from slm.analysis.claims import Comparison, Design, judge
 from slm.analysis.power import (
@@ -576,10 +577,15 @@ class Renderer:
 
         return rate_from_tables(self.root / folder, size, parametrization)
 
-    def advise(self, folder: str, **budgets) -> list[dict]:
-        """``slm advise``'s answers (one per domain) from a committed sweep table at these budgets
-        (``slm.analysis.advise.advise_each``: the measured answer and the fitted curves')."""
-        return advise_each(read_table(self.root / folder), **budgets)
+    def advise(self, folder: str, command: str) -> list[dict]:
+        """``slm advise``'s answers (one per domain) on a committed sweep table, at the budgets a quoted ``slm advise``
+        command line asks as written (read with the CLI's own arguments; its ``--sweep`` is where the user's run
+        would be, ``folder`` the committed copy of that table)."""
+        try:
+            asked = advise_command.parse_command(command)
+        except (argparse.ArgumentError, SystemExit, ValueError) as e:
+            raise QuoteError(f"{command!r}: not a command `slm advise` takes ({e})") from e
+        return advise_each(read_table(self.root / folder), **advise_command.budgets_of(asked))
 
     def beside(self, before: str, after: str) -> list[editions.ClaimPair]:
         """Two committed editions' claims side by side (``slm.analysis.editions``: comparisons matched by condition,
