@@ -68,7 +68,7 @@ def test_a_part_landed_in_the_worktree_is_copied_back(queue, tmp_path):
     assert [p.label for _, p in queue.pending([entry], checkout)] == ["seed1"]
     parts = study_parts(checkout, entry.spec)
     assert [p.label for p in parts.landed] == ["seed0"] and not parts.complete and str(parts) == "1 of 2"
-    assert not queue.copy_back(entry, study_parts(checkout, entry.spec)[1], checkout, worktree)
+    assert not queue.copy_back(entry, parts[1], checkout, worktree)
 
 
 def test_a_queue_entry_with_an_unknown_key_is_refused(queue, tmp_path):
